@@ -1,0 +1,53 @@
+"""Datasets for the experiments: `load(name)` returns a `Dataset`."""
+
+from typing import Optional
+
+from agn_jax.data.dataset import DataError
+from agn_jax.data.dataset import Dataset
+from agn_jax.data.digits import load_digits
+from agn_jax.data.idx import read_idx
+from agn_jax.data.mnist import load_mnist
+from agn_jax.data.mnist1d import load_mnist1d
+from agn_jax.data.synthetic import load_synthetic
+
+DATASETS = ("digits", "mnist", "mnist1d", "synthetic")
+
+
+def load(name: str, data_dir: Optional[str] = None, *,
+         size: Optional[int] = None, seed: int = 0) -> Dataset:
+  """Loads a dataset by name.
+
+  Args:
+    name: one of `DATASETS`.
+    data_dir: where the MNIST IDX files live or are downloaded to; the other
+      datasets ignore it.
+    size: for `mnist1d` and `synthetic` the total number of examples to
+      generate; for `digits` and `mnist` a cap on the training examples.
+      None means each dataset's default.
+    seed: seed of generation (`mnist1d`, `synthetic`) or of the train/test
+      split (`digits`); MNIST's split is fixed.
+
+  Returns:
+    The `Dataset`.
+
+  Raises:
+    DataError: for an unknown name or any problem with the data.
+
+  Example:
+    >>> ds = load("digits", seed=0)
+    >>> ds.num_classes, ds.input_shape, ds.x_train.dtype
+    (10, (8, 8, 1), dtype('float32'))
+  """
+  if name == "digits":
+    return load_digits(size=size, seed=seed)
+  if name == "mnist":
+    return load_mnist(data_dir, size=size)
+  if name == "mnist1d":
+    return load_mnist1d(size=size, seed=seed)
+  if name == "synthetic":
+    return load_synthetic(size=size, seed=seed)
+  raise DataError(f"unknown dataset {name!r}; choose one of {DATASETS}")
+
+
+__all__ = ("DATASETS", "DataError", "Dataset", "load", "load_digits",
+           "load_mnist", "load_mnist1d", "load_synthetic", "read_idx")

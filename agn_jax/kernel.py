@@ -1,0 +1,109 @@
+"""The window kernel: a worker's λ local steps in one XLA dispatch (`lax.scan`)."""
+
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from agn_jax import transform
+
+LossFn = Callable[[optax.Params, Any], Tuple[jax.Array, Dict[str, jax.Array]]]
+
+
+class WindowResult(NamedTuple):
+  """What one communication window returns.
+
+  Attributes:
+    params: the local parameters after the window.
+    opt_state: the optimizer state after the window.
+    delta: the normalized delta of the window (`transform.commit_delta`) when
+      the transformation contains `agn`, else None.
+    metrics: per-step metrics, each an array of shape [λ]: `loss` and whatever
+      the loss function returns as auxiliary metrics (e.g. `accuracy`).
+  """
+
+  params: optax.Params
+  opt_state: optax.OptState
+  delta: Optional[optax.Updates]
+  metrics: Dict[str, jax.Array]
+
+
+def _has_agn_state(opt_state) -> bool:
+  try:
+    transform.find_agn_state(opt_state)
+    return True
+  except ValueError:
+    return False
+
+
+def window_kernel(loss_fn: LossFn,
+                  tx: optax.GradientTransformation,
+                  donate: bool = True) -> Callable[..., WindowResult]:
+  """Builds the jitted window kernel.
+
+  The kernel takes `(params, opt_state, batches)`, where every leaf of
+  `batches` has a leading axis of length λ (one mini-batch per local step), and
+  runs the λ steps `g = ∇loss; u, s = tx.update(g, s, θ); θ = θ + u` in one
+  `lax.scan`, i.e. one dispatch. With `donate=True` the parameter and state
+  buffers are donated, so a window keeps no second copy of them alive: do not
+  use the arrays you passed in afterwards.
+
+  Args:
+    loss_fn: `loss_fn(params, batch) -> (loss, aux)` with `aux` a dict of
+      scalar metrics, e.g. `{"accuracy": acc}`.
+    tx: the worker's transformation, typically `agn(inner, λ)`.
+    donate: donate the input parameters and optimizer state.
+
+  Returns:
+    `kernel(params, opt_state, batches) -> WindowResult`.
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from agn_jax import agn, window_kernel
+    >>> loss_fn = lambda p, b: (jnp.mean((p - b) ** 2), {})
+    >>> tx = agn(optax.sgd(0.5), communication_window=4)
+    >>> kernel = window_kernel(loss_fn, tx, donate=False)
+    >>> params = jnp.zeros(1)
+    >>> result = kernel(params, tx.init(params), jnp.ones((4, 1)))
+    >>> result.metrics["loss"].shape
+    (4,)
+  """
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def step(carry, batch):
+    params, opt_state = carry
+    (loss, aux), grads = grad_fn(params, batch)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    metrics = {"loss": loss, **aux}
+    return (params, opt_state), metrics
+
+  def window(params, opt_state, batches):
+    (params, opt_state), metrics = jax.lax.scan(step, (params, opt_state),
+                                                batches)
+    delta = (transform.commit_delta(opt_state)
+             if _has_agn_state(opt_state) else None)
+    return WindowResult(params, opt_state, delta, metrics)
+
+  if not donate:
+    return jax.jit(window)
+  jitted = jax.jit(window, donate_argnums=(0, 1))
+
+  def kernel(params, opt_state, batches):
+    # XLA refuses to donate one buffer twice, and `agn(...).init(params)` or
+    # `reanchor` leave the anchor aliasing the parameters: copy such leaves.
+    seen = set()
+
+    def unalias(x):
+      if isinstance(x, jax.Array):
+        if id(x) in seen:
+          return jnp.copy(x)
+        seen.add(id(x))
+      return x
+
+    params, opt_state = jax.tree.map(unalias, (params, opt_state))
+    return jitted(params, opt_state, batches)
+
+  return kernel
+

@@ -1,0 +1,219 @@
+"""Accumulated Gradient Normalization (AGN) as an optax gradient transformation.
+
+The transformation is pure and jittable; it knows nothing of processes. A
+distributed worker uses `commit_delta` and `reanchor` around it.
+"""
+
+from typing import Any, Callable, NamedTuple, Union
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Normalization = Union[str, Callable[[optax.Updates, int], optax.Updates]]
+NORMALIZATIONS = ("window", "none", "l2")
+
+
+class AGNState(NamedTuple):
+  """State of the `GradientTransformation` returned by `agn`.
+
+  Attributes:
+    inner_state: state of the inner (local) optimizer, kept across windows.
+    anchor: the center at the start of the current communication window.
+    count: local steps taken in the current window, in `[0, λ)`.
+    delta: the normalized delta of the window that ended last (zeros before the
+      first commit). This is what a distributed worker commits.
+  """
+
+  inner_state: optax.OptState
+  anchor: optax.Params
+  count: jax.Array
+  delta: optax.Updates
+
+
+def _normalizer(normalization: Normalization, window: int):
+  """Returns `f(accumulated) -> delta` for a `normalization` argument."""
+  if callable(normalization):
+    return lambda a: normalization(a, window)
+  if normalization == "window":
+    return lambda a: jax.tree.map(lambda x: x / window, a)
+  if normalization == "none":
+    return lambda a: a
+  if normalization == "l2":
+
+    def l2(a):
+      norm = optax.tree.norm(a)
+      # A zero accumulated update has no direction: commit zeros, not 0/0.
+      scale = jnp.where(norm > 0, 1.0 / jnp.where(norm > 0, norm, 1.0), 0.0)
+      return jax.tree.map(lambda x: (x * scale).astype(x.dtype), a)
+
+    return l2
+  raise ValueError(
+      f"normalization must be one of {NORMALIZATIONS} or a callable "
+      f"(accumulated, window) -> delta, got {normalization!r}")
+
+
+def agn(
+    inner: optax.GradientTransformation,
+    communication_window: int,
+    normalization: Normalization = "window",
+) -> optax.GradientTransformation:
+  """Accumulated Gradient Normalization.
+
+  Between commits the parameters follow `inner`. Every
+  `communication_window`-th update (λ) the parameters become the new center
+  `anchor + normalize(a)`, where `anchor` is the center at the start of the
+  window and `a = θ − anchor` is the update accumulated over the window (the
+  sum of the window's local updates). With the default normalization
+  `"window"`, `normalize(a) = a / λ`, the rule of the paper. The inner state is
+  kept across windows.
+
+  With one worker and no server AGN is exactly
+  `optax.lookahead(inner, sync_period=λ, slow_step_size=1/λ)`.
+
+  Like `optax.lookahead`, the updates returned must be applied unchanged, so
+  that the parameters stay `anchor + a`.
+
+  Args:
+    inner: the local optimizer, any optax transformation or chain.
+    communication_window: λ, the number of local steps between commits, >= 1.
+    normalization: `"window"` (a/λ, the paper's rule), `"none"` (the raw
+      accumulated update, as DOWNPOUR and DynSGD commit it), `"l2"` (a/‖a‖₂, a
+      direction for a server-side step size), or a callable
+      `(accumulated, window) -> delta`.
+
+  Returns:
+    An `optax.GradientTransformation`; its `update` needs `params`.
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from agn_jax import agn
+    >>> tx = agn(optax.sgd(0.1), communication_window=2)
+    >>> params = jnp.array([1.0])
+    >>> state = tx.init(params)
+    >>> for _ in range(2):  # two steps of -0.1: 1.0 -> 0.9 -> 0.8
+    ...   updates, state = tx.update(jnp.array([1.0]), state, params)
+    ...   params = optax.apply_updates(params, updates)
+    >>> params  # the window ends: 1.0 + (0.8 - 1.0) / 2
+    Array([0.9], dtype=float32)
+
+  References:
+    Hermans, Spanakis, Möckel, `Accumulated Gradient Normalization
+    <https://arxiv.org/abs/1710.02368>`_, ACML 2017.
+  """
+  if isinstance(communication_window, bool) or not isinstance(
+      communication_window, int) or communication_window < 1:
+    raise ValueError(
+        "communication_window must be an integer >= 1, got "
+        f"{communication_window!r}")
+  normalize = _normalizer(normalization, communication_window)
+
+  def init_fn(params):
+    return AGNState(
+        inner_state=inner.init(params),
+        anchor=params,
+        count=jnp.zeros([], jnp.int32),
+        delta=optax.tree_utils.tree_zeros_like(params),
+    )
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError("agn needs `params` in update(updates, state, params)")
+    updates, inner_state = inner.update(updates, state.inner_state, params)
+    commit_now = state.count == communication_window - 1
+
+    # `a` is read off the parameters rather than summed step by step: the sum
+    # would cost a pass over the model on every local step.
+    def commit(_):
+      accumulated = jax.tree.map(lambda p, u, c: p + u - c, params, updates,
+                                 state.anchor)
+      delta = normalize(accumulated)
+      center = jax.tree.map(lambda c, d: c + d.astype(c.dtype), state.anchor,
+                            delta)
+      to_center = jax.tree.map(lambda c, p, u: (c - p).astype(u.dtype),
+                               center, params, updates)
+      return to_center, center, jax.tree.map(
+          lambda d, p: d.astype(p.dtype), delta, params)
+
+    def local(_):
+      return updates, state.anchor, state.delta
+
+    updates, anchor, delta = jax.lax.cond(commit_now, commit, local, None)
+    count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
+    return updates, AGNState(inner_state, anchor, count, delta)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def _is_agn_state(x: Any) -> bool:
+  return isinstance(x, AGNState)
+
+
+def find_agn_state(opt_state: optax.OptState) -> AGNState:
+  """Returns the one `AGNState` inside `opt_state` (which may be a chain's).
+
+  Raises:
+    ValueError: when `opt_state` holds no `AGNState` or more than one.
+  """
+  found = [
+      s for s in jax.tree.leaves(opt_state, is_leaf=_is_agn_state)
+      if _is_agn_state(s)
+  ]
+  if len(found) != 1:
+    raise ValueError(
+        f"expected exactly one AGNState in the optimizer state, found {len(found)}")
+  return found[0]
+
+
+def commit_delta(opt_state: optax.OptState) -> optax.Updates:
+  """The normalized delta of the window that just ended: what a worker commits.
+
+  Args:
+    opt_state: the state of `agn(...)`, or of a chain that contains it.
+
+  Returns:
+    The delta pytree (`anchor_new − anchor_old`), zeros before the first commit.
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from agn_jax import agn, commit_delta
+    >>> tx = agn(optax.sgd(1.0), communication_window=1, normalization="none")
+    >>> params = jnp.zeros(2)
+    >>> updates, state = tx.update(jnp.ones(2), tx.init(params), params)
+    >>> commit_delta(state)
+    Array([-1., -1.], dtype=float32)
+  """
+  return find_agn_state(opt_state).delta
+
+
+def reanchor(opt_state: optax.OptState, center: optax.Params):
+  """Re-anchors a worker onto a `center` it pulled.
+
+  The parameters become the center, the window restarts at the center, and the
+  inner optimizer's state (e.g. Adam's moments) is kept.
+
+  Args:
+    opt_state: the state of `agn(...)`, or of a chain that contains it.
+    center: the pulled center, a pytree like the parameters.
+
+  Returns:
+    `(params, opt_state)`: the new local parameters (the center) and state.
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from agn_jax import agn, reanchor
+    >>> tx = agn(optax.adam(1e-3), communication_window=4)
+    >>> state = tx.init(jnp.zeros(3))
+    >>> params, state = reanchor(state, jnp.ones(3))
+    >>> params
+    Array([1., 1., 1.], dtype=float32)
+  """
+  find_agn_state(opt_state)  # Validates that there is exactly one.
+
+  def replace(s):
+    if _is_agn_state(s):
+      return s._replace(anchor=center, count=jnp.zeros_like(s.count))
+    return s
+
+  new_state = jax.tree.map(replace, opt_state, is_leaf=_is_agn_state)
+  return center, new_state

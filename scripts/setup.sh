@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Shared set-up for demo.sh and test.sh: creates .venv if missing and installs requirements.txt.
+# Source it; it leaves the venv activated and the working directory at the repository root.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv" >&2
+  "$PYTHON" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+stamp=".venv/.requirements.sha256"
+want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[setup] installing requirements.txt" >&2
+  python -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# Keep JAX quiet and cache compiled kernels across processes and runs.
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"

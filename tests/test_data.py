@@ -1,0 +1,247 @@
+"""Tests for agn_jax.data: IDX parser, loaders, fail-fast download."""
+
+import gzip
+import os
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from agn_jax import data
+from agn_jax.data import idx
+from agn_jax.data import mnist
+
+
+def idx_bytes(array: np.ndarray, type_byte: int = 0x08) -> bytes:
+  """Encodes `array` as IDX by hand, independently of the parser."""
+  header = struct.pack(">BBBB", 0, 0, type_byte, array.ndim)
+  header += struct.pack(f">{array.ndim}I", *array.shape)
+  return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+
+
+def write(path, payload: bytes, gz: bool = False) -> str:
+  path = str(path) + (".gz" if gz else "")
+  with open(path, "wb") as f:
+    f.write(gzip.compress(payload) if gz else payload)
+  return path
+
+
+def write_mnist(directory, num_train=6, num_test=4, gz=False, rows=28):
+  rng = np.random.default_rng(0)
+  arrays = {
+      mnist.TRAIN_IMAGES: rng.integers(0, 256, (num_train, rows, 28), np.uint8),
+      mnist.TRAIN_LABELS: rng.integers(0, 10, num_train).astype(np.uint8),
+      mnist.TEST_IMAGES: rng.integers(0, 256, (num_test, rows, 28), np.uint8),
+      mnist.TEST_LABELS: rng.integers(0, 10, num_test).astype(np.uint8),
+  }
+  for stem, array in arrays.items():
+    write(os.path.join(directory, stem), idx_bytes(array), gz=gz)
+  return arrays
+
+
+# ----------------------------------------------------------------- IDX parser
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_idx_parses_images_and_labels(tmp_path, gz):
+  images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+  labels = np.array([3, 7], np.uint8)
+  image_path = write(tmp_path / "images-idx3-ubyte", idx_bytes(images), gz)
+  label_path = write(tmp_path / "labels-idx1-ubyte", idx_bytes(labels), gz)
+  np.testing.assert_array_equal(idx.read_idx(image_path, 3), images)
+  np.testing.assert_array_equal(idx.read_idx(label_path, 1), labels)
+
+
+def test_read_idx_handles_big_endian_types(tmp_path):
+  values = np.array([[1.5, -2.0], [3.25, 1e6]], np.float32)
+  path = write(tmp_path / "floats", idx_bytes(values, type_byte=0x0D))
+  result = idx.read_idx(path)
+  assert result.dtype == np.float32 and result.dtype.isnative
+  np.testing.assert_array_equal(result, values)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        (b"\x12\x34\x08\x01\x00\x00\x00\x01\x05", "bad IDX magic"),
+        (b"\x00\x00\x42\x01\x00\x00\x00\x01\x05", "bad IDX magic"),
+        (b"\x00\x00\x08", "too short"),
+        (b"\x00\x00\x08\x03\x00\x00\x00\x02", "truncated IDX header"),
+        (b"\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02", "truncated IDX data"),
+        (b"\x00\x00\x08\x01\x00\x00\x00\x01\x01\x02", "trailing bytes"),
+    ],
+    ids=["magic", "type", "short", "header", "truncated", "trailing"])
+def test_read_idx_rejects_malformed_files(tmp_path, payload, message, gz):
+  path = write(tmp_path / "bad-idx1-ubyte", payload, gz)
+  with pytest.raises(data.DataError, match=message) as info:
+    idx.read_idx(path)
+  assert path in str(info.value)
+  assert "\n" not in str(info.value)
+
+
+def test_read_idx_rejects_wrong_dimension_count(tmp_path):
+  path = write(tmp_path / "labels", idx_bytes(np.zeros(3, np.uint8)))
+  with pytest.raises(data.DataError, match=r"0x00000801 declares 1 dim.*"
+                     r"expected 3 \(magic 0x00000803\)") as info:
+    idx.read_idx(path, expected_ndim=3)
+  assert path in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "corrupt", [lambda gz: gz[:len(gz) // 2],
+                lambda gz: gz[:10] + b"\xff" * 8 + gz[18:],
+                lambda gz: b"plain bytes"],
+    ids=["truncated", "garbled", "not-gzip"])
+def test_read_idx_rejects_corrupt_gzip(tmp_path, corrupt):
+  good = gzip.compress(idx_bytes(np.arange(200, dtype=np.uint8)))
+  path = str(tmp_path / "labels-idx1-ubyte.gz")
+  with open(path, "wb") as f:
+    f.write(corrupt(good))
+  with pytest.raises(data.DataError, match="gzip") as info:
+    idx.read_idx(path)
+  assert path in str(info.value)
+
+
+def test_read_idx_missing_file(tmp_path):
+  path = str(tmp_path / "nope")
+  with pytest.raises(data.DataError, match="cannot read") as info:
+    idx.read_idx(path)
+  assert path in str(info.value)
+
+
+# ---------------------------------------------------------------------- MNIST
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_load_mnist_from_idx_files(tmp_path, gz):
+  arrays = write_mnist(tmp_path, gz=gz)
+  ds = data.load("mnist", str(tmp_path))
+  assert ds.name == "mnist" and ds.num_classes == 10
+  assert ds.input_shape == (28, 28, 1)
+  assert ds.x_train.shape == (6, 784) and ds.x_train.dtype == np.float32
+  assert ds.y_train.dtype == np.int32 and ds.x_test.shape == (4, 784)
+  np.testing.assert_allclose(
+      ds.x_train, arrays[mnist.TRAIN_IMAGES].reshape(6, -1) / 255.0, atol=1e-7)
+  np.testing.assert_array_equal(ds.y_test, arrays[mnist.TEST_LABELS])
+  assert data.load("mnist", str(tmp_path), size=2).x_train.shape == (2, 784)
+
+
+def test_load_mnist_count_mismatch(tmp_path):
+  write_mnist(tmp_path)
+  labels = os.path.join(tmp_path, mnist.TRAIN_LABELS)
+  write(labels, idx_bytes(np.zeros(5, np.uint8)))
+  with pytest.raises(data.DataError, match="6 images but .* 5 labels") as info:
+    data.load("mnist", str(tmp_path))
+  assert labels in str(info.value)
+
+
+def test_load_mnist_images_file_with_label_magic(tmp_path):
+  write_mnist(tmp_path)
+  images = os.path.join(tmp_path, mnist.TEST_IMAGES)
+  write(images, idx_bytes(np.zeros(4, np.uint8)))
+  with pytest.raises(data.DataError, match="expected 3") as info:
+    data.load("mnist", str(tmp_path))
+  assert images in str(info.value)
+
+
+def test_load_mnist_fails_fast_without_network(tmp_path, monkeypatch):
+  data_dir = str(tmp_path / "empty")
+  # Port 9 (discard) on localhost refuses at once: no test touches the internet.
+  monkeypatch.setenv(mnist.MIRRORS_ENV, "http://127.0.0.1:9/")
+  start = time.monotonic()
+  with pytest.raises(data.DataError) as info:
+    data.load("mnist", data_dir)
+  assert time.monotonic() - start < 5
+  message = str(info.value)
+  assert "\n" not in message
+  assert "http://127.0.0.1:9/train-images-idx3-ubyte.gz" in message
+  assert data_dir in message
+  for stem in mnist.FILES:
+    assert stem in message
+  assert not [f for f in os.listdir(data_dir) if f.endswith(".part")]
+
+
+def test_load_mnist_mirrors_argument_and_no_download(tmp_path):
+  with pytest.raises(data.DataError, match="127.0.0.1:9"):
+    mnist.load_mnist(str(tmp_path), mirrors=["http://127.0.0.1:9"])
+  with pytest.raises(data.DataError, match="not found; put"):
+    mnist.load_mnist(str(tmp_path), download=False)
+
+
+def test_mnist_hashes_are_sha256_hex():
+  assert set(mnist.SHA256) == {stem + ".gz" for stem in mnist.FILES}
+  for digest in mnist.SHA256.values():
+    assert len(digest) == 64 and int(digest, 16) >= 0
+
+
+# -------------------------------------------------------- generated datasets
+
+
+def check_dataset(ds, name, input_shape, num_train, num_test):
+  assert ds.name == name and ds.num_classes == 10
+  assert ds.input_shape == input_shape
+  dim = int(np.prod(input_shape))
+  assert ds.x_train.shape == (num_train, dim)
+  assert ds.x_test.shape == (num_test, dim)
+  assert ds.x_train.dtype == ds.x_test.dtype == np.float32
+  assert ds.y_train.dtype == ds.y_test.dtype == np.int32
+  assert ds.y_train.min() >= 0 and ds.y_train.max() < 10
+  assert np.all(np.isfinite(ds.x_train))
+
+
+def test_digits():
+  ds = data.load("digits", seed=1)
+  check_dataset(ds, "digits", (8, 8, 1), 1438, 359)
+  assert 0.0 <= ds.x_train.min() and ds.x_train.max() <= 1.0
+  again = data.load("digits", seed=1)
+  np.testing.assert_array_equal(ds.x_test, again.x_test)
+  other = data.load("digits", seed=2)
+  assert not np.array_equal(ds.y_test, other.y_test)
+  assert data.load("digits", size=100).x_train.shape == (100, 64)
+
+
+def test_mnist1d_is_offline_deterministic_and_restores_global_rng():
+  state = np.random.get_state()
+  ds = data.load("mnist1d", size=200, seed=3)
+  after = np.random.get_state()
+  assert state[0] == after[0] and np.array_equal(state[1], after[1])
+  check_dataset(ds, "mnist1d", (40, 1), 160, 40)
+  np.testing.assert_array_equal(
+      ds.x_train, data.load("mnist1d", size=200, seed=3).x_train)
+  assert set(np.unique(ds.y_train)) == set(range(10))
+
+
+def test_synthetic():
+  ds = data.load("synthetic", seed=0)
+  check_dataset(ds, "synthetic", (32, 1), 4096, 1024)
+  assert np.all(np.bincount(ds.y_train, minlength=10) > 100)
+  small = data.load("synthetic", size=500, seed=4)
+  check_dataset(small, "synthetic", (32, 1), 400, 100)
+  np.testing.assert_array_equal(
+      small.x_train, data.load("synthetic", size=500, seed=4).x_train)
+  assert not np.array_equal(
+      small.x_train, data.load("synthetic", size=500, seed=5).x_train)
+
+
+def test_synthetic_is_learnable_by_a_linear_probe_above_chance():
+  from sklearn import linear_model  # pylint: disable=g-import-not-at-top
+  ds = data.load("synthetic", size=2000, seed=0)
+  probe = linear_model.LogisticRegression(max_iter=300)
+  assert probe.fit(ds.x_train, ds.y_train).score(ds.x_test, ds.y_test) > 0.4
+
+
+@pytest.mark.parametrize(
+    "name, size, message",
+    [("imagenet", None, "unknown dataset 'imagenet'"),
+     ("synthetic", 0, "size must be at least"),
+     ("mnist1d", "big", "size must be an integer"),
+     ("digits", -1, "size must be at least")])
+def test_load_rejects_bad_arguments(name, size, message):
+  with pytest.raises(data.DataError, match=message):
+    data.load(name, size=size)
+
+
+def test_data_error_is_a_value_error():
+  assert issubclass(data.DataError, ValueError)

@@ -1,0 +1,111 @@
+"""Tests for agn_jax.models: sizes, shapes, loss by hand, evaluation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from agn_jax import models
+
+
+def num_params(params) -> int:
+  return sum(p.size for p in jax.tree.leaves(params))
+
+
+def test_paper_mlp_has_4798010_parameters():
+  model = models.MLP((1000, 2000, 1000), 10)
+  # eval_shape: count without allocating the 19 MB of weights.
+  shapes = jax.eval_shape(
+      lambda rng: models.init_params(model, rng, 784), jax.random.key(0))
+  assert num_params(shapes) == 4_798_010
+  assert models.create_model("mlp", 10, (28, 28, 1)) == model
+
+
+def test_mlp_flattens_extra_axes():
+  model = models.MLP((16,), 3)
+  params = models.init_params(model, jax.random.key(0), 12)
+  x = jax.random.normal(jax.random.key(1), (5, 12))
+  np.testing.assert_allclose(model.apply(params, x.reshape(5, 3, 4)),
+                             model.apply(params, x), rtol=1e-6)
+  assert model.apply(params, x).shape == (5, 3)
+
+
+@pytest.mark.parametrize("input_shape", [(8, 8, 1), (40, 1), (32,)])
+def test_cnn_on_images_and_signals(input_shape):
+  dim = int(np.prod(input_shape))
+  model = models.create_model("cnn", 10, input_shape)
+  assert isinstance(model, models.CNN)
+  # One compiled program instead of many eagerly dispatched conv ops.
+  logits = jax.jit(lambda rng, x: model.apply(
+      models.init_params(model, rng, dim), x))(jax.random.key(0),
+                                                jnp.ones((3, dim)))
+  assert logits.shape == (3, 10)
+  assert np.all(np.isfinite(logits))
+
+
+def test_create_model_rejects_unknown_names_and_shapes():
+  with pytest.raises(ValueError, match="unknown model 'rnn'"):
+    models.create_model("rnn", 10, (8, 8, 1))
+  with pytest.raises(ValueError, match="input_shape"):
+    models.create_model("cnn", 10, (2, 2, 2, 1))
+  with pytest.raises(ValueError, match="hidden_sizes"):
+    models.create_model("mlp", 10, (4,), hidden_sizes=(0,))
+
+
+def test_classification_loss_matches_hand_computation():
+  logits = jnp.array([[2.0, 0.0, 0.0], [0.0, 1.0, 3.0], [1.0, 1.0, 0.0]])
+  labels = jnp.array([0, 1, 1])
+  loss_fn = models.classification_loss(lambda params, x: x * params)
+  loss, aux = loss_fn(jnp.float32(1.0), (logits, labels))
+  log_probs = jax.nn.log_softmax(logits)
+  expected = -(log_probs[0, 0] + log_probs[1, 1] + log_probs[2, 1]) / 3
+  np.testing.assert_allclose(loss, expected, rtol=1e-6)
+  # Row 3 ties between classes 0 and 1; argmax picks the first, so wrong.
+  np.testing.assert_allclose(aux["accuracy"], 1 / 3, rtol=1e-6)
+
+
+def test_loss_is_differentiable_and_training_lowers_it():
+  model = models.MLP((32,), 2)
+  params = models.init_params(model, jax.random.key(0), 4)
+  x = jax.random.normal(jax.random.key(1), (64, 4))
+  y = (x[:, 0] > 0).astype(jnp.int32)
+  loss_fn = models.classification_loss(model.apply)
+  optimizer = optax.adam(1e-2)
+  opt_state = optimizer.init(params)
+
+  @jax.jit
+  def step(params, opt_state):
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, (x, y))
+    updates, opt_state = optimizer.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state, loss, aux
+
+  first = None
+  for _ in range(100):
+    params, opt_state, loss, aux = step(params, opt_state)
+    first = loss if first is None else first
+  assert loss < 0.5 * first
+  assert aux["accuracy"] > 0.9
+
+
+@pytest.mark.parametrize("batch_size", [3, 1000])
+def test_evaluate_agrees_with_the_loss_on_the_whole_split(batch_size):
+  model = models.MLP((8,), 4)
+  params = models.init_params(model, jax.random.key(0), 6)
+  x = np.asarray(jax.random.normal(jax.random.key(2), (7, 6)))
+  y = np.arange(7) % 4
+  loss, accuracy = models.evaluate(model.apply, params, x, y, batch_size)
+  assert isinstance(loss, float) and isinstance(accuracy, float)
+  expected_loss, aux = models.classification_loss(model.apply)(params, (x, y))
+  np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
+  np.testing.assert_allclose(accuracy, aux["accuracy"], rtol=1e-6)
+
+
+def test_evaluate_rejects_bad_input():
+  model = models.MLP((8,), 4)
+  params = models.init_params(model, jax.random.key(0), 6)
+  with pytest.raises(ValueError, match="non-empty"):
+    models.evaluate(model.apply, params, np.zeros((0, 6)), np.zeros(0))
+  with pytest.raises(ValueError, match="batch_size"):
+    models.evaluate(model.apply, params, np.zeros((2, 6)), np.zeros(2), 0)

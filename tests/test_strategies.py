@@ -1,0 +1,235 @@
+"""Every strategy against PAPER.md's formulas, worked out in numpy inside the test.
+
+A deterministic asynchronous schedule (which worker finishes its window next)
+drives both the real strategy objects (window kernel, commit_fn, pull_fn,
+server rule) and an independent numpy implementation of the paper's
+pseudo-code. The loss is `½‖θ − b‖²` per mini-batch, so a local SGD step is
+`θ ← θ − η (θ − b)`.
+"""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agn_jax import get_strategy, strategies, window_kernel
+
+DIM = 5
+WINDOW = 3
+LR = 0.1
+SCHEDULE = [0, 1, 2, 0, 0, 2, 1, 1, 0, 2]  # Which worker commits next.
+NUM_WORKERS = 3
+
+
+def _loss_fn(params, batch):
+  flat = jnp.concatenate([params["a"], params["b"]])
+  return 0.5 * jnp.sum((flat - batch)**2), {}
+
+
+def _split(vec):
+  return {"a": jnp.asarray(vec[:3], jnp.float32),
+          "b": jnp.asarray(vec[3:], jnp.float32)}
+
+
+def _flat(tree):
+  return np.concatenate([np.asarray(tree["a"]), np.asarray(tree["b"])])
+
+
+def _data():
+  rng = np.random.default_rng(0)
+  # data[k][i] is worker k's i-th window: WINDOW mini-batch targets b.
+  return rng.normal(size=(NUM_WORKERS, len(SCHEDULE), WINDOW, DIM)).astype(
+      np.float32)
+
+
+def _initial_center():
+  return np.linspace(-1.0, 1.0, DIM).astype(np.float64)
+
+
+def _run_strategy(strategy):
+  """Drives the real strategy objects through SCHEDULE; returns centers."""
+  data = _data()
+  kernel = window_kernel(_loss_fn, strategy.worker_transform, donate=False)
+  center = _split(_initial_center())
+  server_state = strategy.rule.init(center)
+  apply = jax.jit(strategy.rule.apply)
+  workers = []
+  for _ in range(NUM_WORKERS):
+    params, opt_state = strategy.init_worker(center)
+    workers.append(dict(params=params, opt_state=opt_state, pulled=center,
+                        clock=0, window=0))
+  centers, stalenesses = [], []
+  for k in SCHEDULE:
+    w = workers[k]
+    params, opt_state, _, _ = kernel(w["params"], w["opt_state"],
+                                     jnp.asarray(data[k, w["window"]]))
+    w["window"] += 1
+    clock = int(server_state.clock)
+    if strategy.protocol == strategies.COMMIT_THEN_PULL:
+      commit, params, opt_state = strategy.commit_fn(params, opt_state,
+                                                     w["pulled"])
+      staleness = clock - w["clock"]
+    else:  # Pull, then commit against what was pulled.
+      commit, params, opt_state = strategy.commit_fn(params, opt_state, center)
+      staleness = 0
+    center, server_state = apply(center, commit, server_state, staleness)
+    stalenesses.append(staleness)
+    w["pulled"], w["clock"] = center, int(server_state.clock)
+    w["params"], w["opt_state"] = strategy.pull_fn(params, opt_state, center)
+    centers.append(_flat(center))
+  return np.stack(centers), stalenesses
+
+
+def _reference(name, lr=LR, rho=5.0, momentum=0.9, outer=None):
+  """PAPER.md's pseudo-code in numpy (float64)."""
+  data = _data().astype(np.float64)
+  center = _initial_center()
+  theta = [center.copy() for _ in range(NUM_WORKERS)]
+  velocity = [np.zeros(DIM) for _ in range(NUM_WORKERS)]
+  pulled = [center.copy() for _ in range(NUM_WORKERS)]
+  m = [0] * NUM_WORKERS  # DynSGD: the server clock at each worker's pull.
+  c = 0
+  window_index = [0] * NUM_WORKERS
+  outer_velocity = np.zeros(DIM)
+  centers, stalenesses = [], []
+  for k in SCHEDULE:
+    a = np.zeros(DIM)
+    for b in data[k, window_index[k]]:
+      grad = theta[k] - b
+      if name == "eamsgd":  # optax.sgd(momentum): v ← g + μ v; θ ← θ − η v.
+        velocity[k] = grad + momentum * velocity[k]
+        g = -lr * velocity[k]
+      else:
+        g = -lr * grad
+      a += g
+      theta[k] = theta[k] + g
+    window_index[k] += 1
+    tau = c - m[k]
+    if name in ("agn", "adag"):
+      delta = a / WINDOW
+    elif name in ("downpour", "dynsgd"):
+      delta = a
+    else:  # aeasgd, eamsgd: pull, E = α (θ_k − θ̃), θ_k ← θ_k − E.
+      alpha = rho * lr
+      delta = alpha * (theta[k] - center)
+      theta[k] = theta[k] - delta
+      tau = 0
+    if name == "dynsgd":
+      increment = delta / (tau + 1)
+    elif name == "adag":
+      increment = delta / ((center - pulled[k])**2 / lr + 1)
+    else:
+      increment = delta
+    if outer == "nesterov":  # optax.sgd(0.7, 0.9, nesterov) on g = −increment.
+      g = -increment
+      outer_velocity = g + 0.9 * outer_velocity
+      center = center - 0.7 * (g + 0.9 * outer_velocity)
+    else:
+      center = center + increment
+    c += 1
+    if name not in ("aeasgd", "eamsgd"):
+      theta[k] = center.copy()
+    pulled[k] = center.copy()
+    m[k] = c
+    centers.append(center.copy())
+    stalenesses.append(tau)
+  return np.stack(centers), stalenesses
+
+
+class StrategyTrajectoryTest(parameterized.TestCase):
+
+  @parameterized.parameters("agn", "downpour", "dynsgd", "adag", "aeasgd",
+                            "eamsgd")
+  def test_matches_paper_formulas(self, name):
+    inner = (optax.sgd(LR, momentum=0.9) if name == "eamsgd" else
+             optax.sgd(LR))
+    strategy = get_strategy(name, communication_window=WINDOW, inner=inner,
+                            learning_rate=LR, rho=5.0)
+    centers, stalenesses = _run_strategy(strategy)
+    ref_centers, ref_stalenesses = _reference(name)
+    self.assertEqual(stalenesses, ref_stalenesses)
+    np.testing.assert_allclose(centers, ref_centers, rtol=2e-5, atol=2e-6)
+    # The schedule really is asynchronous.
+    if strategy.protocol == strategies.COMMIT_THEN_PULL:
+      self.assertGreater(max(stalenesses), 1)
+
+  def test_nesterov_outer_optimizer(self):
+    strategy = get_strategy(
+        "agn", communication_window=WINDOW, inner=optax.sgd(LR),
+        server_optimizer=strategies.make_server_optimizer("nesterov", 0.7, 0.9))
+    centers, _ = _run_strategy(strategy)
+    ref_centers, _ = _reference("agn", outer="nesterov")
+    np.testing.assert_allclose(centers, ref_centers, rtol=2e-5, atol=2e-6)
+
+  def test_outer_sgd_one_is_the_plain_rule(self):
+    plain = get_strategy("dynsgd", communication_window=WINDOW,
+                         inner=optax.sgd(LR))
+    outer = get_strategy("dynsgd", communication_window=WINDOW,
+                         inner=optax.sgd(LR),
+                         server_optimizer=optax.sgd(1.0))
+    np.testing.assert_allclose(_run_strategy(outer)[0], _run_strategy(plain)[0],
+                               rtol=1e-6)
+
+
+class ServerRuleTest(absltest.TestCase):
+
+  def test_dynsgd_by_hand(self):
+    rule = strategies.server_rule(strategies.dynsgd_increment)
+    center = {"x": jnp.asarray([1.0, 2.0])}
+    state = rule.init(center)
+    center, state = rule.apply(center, {"delta": {"x": jnp.asarray([3.0, -3.0])}},
+                               state, 2)
+    np.testing.assert_allclose(center["x"], [2.0, 1.0])
+    self.assertEqual(int(state.clock), 1)
+
+  def test_adag_by_hand(self):
+    # θ̃ = 1, θ̃_stale = 0.9, η = 0.01: divisor = 0.01/0.01 + 1 = 2.
+    rule = strategies.server_rule(strategies.adag_increment(0.01))
+    center = jnp.asarray([1.0, 1.0])
+    commit = {"delta": jnp.asarray([0.5, 0.5]),
+              "stale_center": jnp.asarray([0.9, 1.0])}
+    center, _ = jax.jit(rule.apply)(center, commit, rule.init(center), 0)
+    np.testing.assert_allclose(center, [1.25, 1.5], rtol=1e-5)
+
+  def test_aeasgd_alpha_is_rho_eta(self):
+    s = get_strategy("aeasgd", communication_window=2, learning_rate=0.01,
+                     rho=5.0)
+    commit, params, _ = s.commit_fn(jnp.asarray([2.0]), None, jnp.asarray([0.0]))
+    np.testing.assert_allclose(commit["delta"], [0.1])  # 0.05 · 2
+    np.testing.assert_allclose(params, [1.9])
+    self.assertEqual(s.protocol, strategies.PULL_THEN_COMMIT)
+
+
+class RegistryTest(parameterized.TestCase):
+
+  def test_all_paper_strategies(self):
+    self.assertEqual(
+        set(strategies.available()),
+        {"agn", "downpour", "aeasgd", "eamsgd", "dynsgd", "adag"})
+
+  @parameterized.parameters(
+      ("agn", ("delta",)), ("adag", ("delta", "stale_center")))
+  def test_payload(self, name, payload):
+    self.assertEqual(get_strategy(name).payload, payload)
+
+  def test_unknown_strategy(self):
+    with self.assertRaisesRegex(ValueError, "unknown strategy 'sgdx'.*agn"):
+      get_strategy("sgdx")
+
+  def test_bad_arguments(self):
+    with self.assertRaisesRegex(ValueError, "communication_window"):
+      get_strategy("agn", communication_window=0)
+    with self.assertRaisesRegex(ValueError, "communication_window"):
+      get_strategy("aeasgd", communication_window=0)
+    with self.assertRaisesRegex(ValueError, "rho"):
+      get_strategy("aeasgd", rho=0.0)
+    with self.assertRaisesRegex(ValueError, "worker_optimizer"):
+      strategies.make_worker_optimizer("rmsprop", 0.1)
+    with self.assertRaisesRegex(ValueError, "server_optimizer"):
+      strategies.make_server_optimizer("adamw")
+
+
+if __name__ == "__main__":
+  absltest.main()
