@@ -72,7 +72,9 @@ def agn(
   `optax.lookahead(inner, sync_period=λ, slow_step_size=1/λ)`.
 
   Like `optax.lookahead`, the updates returned must be applied unchanged, so
-  that the parameters stay `anchor + a`.
+  that the parameters stay `anchor + a`. The commit is a `lax.while_loop` of
+  zero or one trip (a `lax.cond` would copy the model on every local step
+  inside a `scan`), so `update` itself cannot be reverse-differentiated.
 
   Args:
     inner: the local optimizer, any optax transformation or chain.
@@ -124,21 +126,24 @@ def agn(
 
     # `a` is read off the parameters rather than summed step by step: the sum
     # would cost a pass over the model on every local step.
-    def commit(_):
+    # The commit runs in a while_loop of 0 or 1 trips, not a lax.cond: inside
+    # the kernel's scan XLA copies the operands a cond branch passes through
+    # (anchor and delta, then the anchor again: three model-sized copies per
+    # local step), while a while_loop updates its carry in place.
+    def commit(carry):
+      _, updates, anchor, _ = carry
       accumulated = jax.tree.map(lambda p, u, c: p + u - c, params, updates,
-                                 state.anchor)
+                                 anchor)
       delta = normalize(accumulated)
-      center = jax.tree.map(lambda c, d: c + d.astype(c.dtype), state.anchor,
-                            delta)
+      center = jax.tree.map(lambda c, d: c + d.astype(c.dtype), anchor, delta)
       to_center = jax.tree.map(lambda c, p, u: (c - p).astype(u.dtype),
                                center, params, updates)
-      return to_center, center, jax.tree.map(
-          lambda d, p: d.astype(p.dtype), delta, params)
+      delta = jax.tree.map(lambda d, p: d.astype(p.dtype), delta, params)
+      return jnp.zeros_like(commit_now), to_center, center, delta
 
-    def local(_):
-      return updates, state.anchor, state.delta
-
-    updates, anchor, delta = jax.lax.cond(commit_now, commit, local, None)
+    _, updates, anchor, delta = jax.lax.while_loop(
+        lambda carry: carry[0], commit,
+        (commit_now, updates, state.anchor, state.delta))
     count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
     return updates, AGNState(inner_state, anchor, count, delta)
 

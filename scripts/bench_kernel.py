@@ -1,0 +1,343 @@
+"""Throughput of the AGN window kernel against a plain per-step optax loop.
+
+Run from the repository root:
+
+    . .venv/bin/activate && python scripts/bench_kernel.py
+
+(about 25 s on an idle 2-core CPU, ~1.5 min with `--diagnose`, which adds the
+variants that split the AGN kernel's cost apart; `--reps`, `--windows_per_rep`,
+`--small_reps`, `--small_windows_per_rep` trade time for precision). Other
+load on the machine skews the medians: `ratio_best` (fastest repetition of
+each) is the less load-sensitive companion of `ratio`.
+
+Two variants train the same model on the same pre-stacked device batches:
+
+* `agn`: `window_kernel(loss_fn, agn(optax.adam(1e-3), λ), donate=True)`, λ
+  local steps in one dispatch (one `lax.scan`).
+* `plain`: `jax.jit(step, donate_argnums=(0, 1))` with `optax.adam(1e-3)`, one
+  dispatch per step (λ per window), fed batches pre-split into a list of device
+  arrays so that slicing is not timed.
+
+Both are compiled and warmed up first; then repetitions are interleaved
+(agn, plain, agn, plain, ...), each ends in `block_until_ready`, and the median
+over repetitions is reported. Two setups: the paper's MLP 784-1000-2000-1000-10
+(4,798,010 parameters, batch 128), which is compute-bound, and a small
+64-32-10 MLP on 64-dim digits-like inputs (batch 32), which is dispatch-bound.
+The inputs are random (no download). One JSON object goes to stdout.
+
+With `--diagnose` both setups also time
+* `scan_plain`: the window kernel with plain `optax.adam` (scan cost, no AGN),
+* `agn_select`: AGN with the `lax.cond` replaced by `jnp.where` selects,
+* `agn_while`: AGN with the commit in a 0-or-1-trip `lax.while_loop` instead of
+  `lax.cond` (bit-identical; no per-step copies of anchor and delta),
+so that `agn` vs `plain` can be split into scan cost and AGN cost.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # pylint: disable=g-import-not-at-top
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agn_jax import transform
+from agn_jax.kernel import window_kernel
+
+PAPER_PARAMS = 4_798_010
+
+
+def _build_model(hidden, num_classes, input_dim, seed):
+  """Returns (loss_fn, params) using agn_jax.models when it is there."""
+  try:
+    from agn_jax import models  # pylint: disable=g-import-not-at-top
+    model = models.create_model("mlp", num_classes, (input_dim,),
+                                hidden_sizes=hidden)
+    params = models.init_params(model, jax.random.key(seed), input_dim)
+    loss_fn = models.classification_loss(model.apply)
+    source = "agn_jax.models"
+  except ImportError:
+    import flax.linen as nn  # pylint: disable=g-import-not-at-top
+
+    class MLP(nn.Module):
+      hidden_sizes: tuple
+      num_classes: int
+
+      @nn.compact
+      def __call__(self, x):
+        x = x.reshape((x.shape[0], -1))
+        for w in self.hidden_sizes:
+          x = nn.relu(nn.Dense(w)(x))
+        return nn.Dense(self.num_classes)(x)
+
+    model = MLP(tuple(hidden), num_classes)
+    params = model.init(jax.random.key(seed), jnp.zeros((1, input_dim)))
+
+    def loss_fn(p, batch):
+      x, y = batch
+      logits = model.apply(p, x)
+      loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+      return loss, {"accuracy": jnp.mean(jnp.argmax(logits, -1) == y)}
+
+    source = "script"
+  return loss_fn, params, source
+
+
+def _agn_select(inner, window):
+  """AGN ("window" normalization) with `jnp.where` selects instead of lax.cond.
+
+  A diagnostic copy of `transform.agn`: both branches are computed every step
+  and selected elementwise.
+  """
+
+  def init_fn(params):
+    return transform.AGNState(inner.init(params), params,
+                              jnp.zeros([], jnp.int32),
+                              optax.tree_utils.tree_zeros_like(params))
+
+  def update_fn(updates, state, params):
+    updates, inner_state = inner.update(updates, state.inner_state, params)
+    commit_now = state.count == window - 1
+    sel = lambda a, b: jnp.where(commit_now, a, b)
+    delta_c = jax.tree.map(lambda p, u, c: (p + u - c) / window, params,
+                           updates, state.anchor)
+    center = jax.tree.map(lambda c, d: c + d, state.anchor, delta_c)
+    new_updates = jax.tree.map(lambda c, p, u: sel(c - p, u), center, params,
+                               updates)
+    anchor = jax.tree.map(sel, center, state.anchor)
+    delta = jax.tree.map(sel, delta_c, state.delta)
+    count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
+    return new_updates, transform.AGNState(inner_state, anchor, count, delta)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def _agn_while(inner, window):
+  """AGN ("window" normalization) with the commit in a 0-or-1-trip while_loop.
+
+  A diagnostic copy of `transform.agn`, bit-identical to it. Inside the
+  kernel's scan, `lax.cond` makes XLA copy the anchor and delta that the local
+  branch passes through (and the anchor again in the scan body): three
+  parameter-sized copies on every local step. A `while_loop` updates its carry
+  in place, so a local step copies nothing and the commit (1 step in λ) pays.
+  """
+
+  def init_fn(params):
+    return transform.AGNState(inner.init(params), params,
+                              jnp.zeros([], jnp.int32),
+                              optax.tree_utils.tree_zeros_like(params))
+
+  def update_fn(updates, state, params):
+    updates, inner_state = inner.update(updates, state.inner_state, params)
+    commit_now = state.count == window - 1
+
+    def commit(carry):
+      _, updates, anchor, _ = carry
+      delta = jax.tree.map(lambda p, u, c: (p + u - c) / window, params,
+                           updates, anchor)
+      center = jax.tree.map(lambda c, d: c + d, anchor, delta)
+      to_center = jax.tree.map(lambda c, p: c - p, center, params)
+      return jnp.zeros_like(commit_now), to_center, center, delta
+
+    _, updates, anchor, delta = jax.lax.while_loop(
+        lambda carry: carry[0], commit,
+        (commit_now, updates, state.anchor, state.delta))
+    count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
+    return updates, transform.AGNState(inner_state, anchor, count, delta)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def _fresh(tree):
+  """A copy with buffers of its own (donation must not see shared buffers)."""
+  return jax.tree.map(lambda x: jnp.array(x, copy=True), tree)
+
+
+class _KernelRunner:
+  """Runs `windows` windows through a window kernel per timed call."""
+
+  def __init__(self, loss_fn, tx, params, batches, donate=True):
+    self.kernel = window_kernel(loss_fn, tx, donate=donate)
+    self.params = _fresh(params)
+    self.state = _fresh(tx.init(self.params))
+    self.batches = batches
+
+  def __call__(self, windows):
+    for _ in range(windows):
+      r = self.kernel(self.params, self.state, self.batches)
+      self.params, self.state = r.params, r.opt_state
+    jax.block_until_ready((self.params, self.state, r.metrics))
+
+
+class _PlainRunner:
+  """A per-step jitted optax loop, λ dispatches per window."""
+
+  def __init__(self, loss_fn, tx, params, batches):
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def step(params, opt_state, batch):
+      (loss, aux), grads = grad_fn(params, batch)
+      updates, opt_state = tx.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+      return params, opt_state, {"loss": loss, **aux}
+
+    self.step = jax.jit(step, donate_argnums=(0, 1))
+    self.params = _fresh(params)
+    self.state = _fresh(tx.init(self.params))
+    lam = jax.tree.leaves(batches)[0].shape[0]
+    # Pre-split the [λ, B, ...] stack into λ device arrays, outside the timing.
+    self.steps = [jax.tree.map(lambda a, i=i: a[i], batches) for i in range(lam)]
+    jax.block_until_ready(self.steps)
+
+  def __call__(self, windows):
+    m = None
+    for _ in range(windows):
+      for batch in self.steps:
+        self.params, self.state, m = self.step(self.params, self.state, batch)
+    jax.block_until_ready((self.params, self.state, m))
+
+
+def _bench(runners, windows_per_rep, reps, warmup, samples_per_window):
+  """Interleaved timing; returns {name: median samples/s} and the raw times."""
+  for run in runners.values():  # Compile and warm up.
+    run(warmup)
+  times = {name: [] for name in runners}
+  for _ in range(reps):
+    for name, run in runners.items():
+      t0 = time.perf_counter()
+      run(windows_per_rep)
+      times[name].append(time.perf_counter() - t0)
+  samples = windows_per_rep * samples_per_window
+  rates = {name: samples / statistics.median(t) for name, t in times.items()}
+  best = {name: samples / min(t) for name, t in times.items()}
+  return rates, best, times
+
+
+def _runners(loss_fn, params, batches, args):
+  """The two compared variants, plus the diagnostic ones with --diagnose."""
+  lam, adam = args.window, lambda: optax.adam(args.lr)
+  runners = {
+      "agn": _KernelRunner(loss_fn, transform.agn(adam(), lam), params,
+                           batches),
+      "plain": _PlainRunner(loss_fn, adam(), params, batches),
+  }
+  if args.diagnose:
+    runners["scan_plain"] = _KernelRunner(loss_fn, adam(), params, batches)
+    runners["agn_select"] = _KernelRunner(loss_fn, _agn_select(adam(), lam),
+                                          params, batches)
+    runners["agn_while"] = _KernelRunner(loss_fn, _agn_while(adam(), lam),
+                                         params, batches)
+  return runners
+
+
+def _setup(hidden, input_dim, batch, lam, seed):
+  loss_fn, params, source = _build_model(hidden, 10, input_dim, seed)
+  rng = np.random.default_rng(seed)
+  xs = jax.device_put(rng.standard_normal((lam, batch, input_dim), np.float32))
+  ys = jax.device_put(rng.integers(0, 10, (lam, batch)).astype(np.int32))
+  return loss_fn, params, (xs, ys), source
+
+
+def _machine():
+  cpu_model = None
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu_model = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  dev = jax.devices()[0]
+  return {
+      "platform": platform.platform(),
+      "python": platform.python_version(),
+      "cpu_count": os.cpu_count(),
+      "cpu_model": cpu_model,
+      "jax_version": jax.__version__,
+      "optax_version": optax.__version__,
+      "jax_backend": jax.default_backend(),
+      "device_kind": dev.device_kind,
+      "device_count": jax.device_count(),
+  }
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--window", type=int, default=40, help="λ, local steps per window")
+  p.add_argument("--batch_size", type=int, default=128)
+  p.add_argument("--lr", type=float, default=1e-3)
+  p.add_argument("--reps", type=int, default=5, help="paper-MLP repetitions")
+  p.add_argument("--windows_per_rep", type=int, default=1)
+  p.add_argument("--warmup", type=int, default=1, help="warm-up windows")
+  p.add_argument("--small_batch_size", type=int, default=32)
+  p.add_argument("--small_reps", type=int, default=15)
+  p.add_argument("--small_windows_per_rep", type=int, default=100)
+  p.add_argument("--skip_small", action="store_true")
+  p.add_argument("--skip_paper", action="store_true")
+  p.add_argument("--diagnose", action="store_true",
+                 help="also time scan_plain, agn_select, agn_while")
+  p.add_argument("--raw", action="store_true", help="include per-rep times")
+  p.add_argument("--seed", type=int, default=0)
+  args = p.parse_args(argv)
+  lam = args.window
+  out = {}
+
+  if not args.skip_paper:
+    loss_fn, params, batches, source = _setup((1000, 2000, 1000), 784,
+                                              args.batch_size, lam, args.seed)
+    n = sum(x.size for x in jax.tree.leaves(params))
+    assert n == PAPER_PARAMS, n
+    runners = _runners(loss_fn, params, batches, args)
+    rates, best, times = _bench(runners, args.windows_per_rep, args.reps,
+                                args.warmup, lam * args.batch_size)
+    out["params"] = n
+    out["model_source"] = source
+    out["agn_samples_per_s"] = rates["agn"]
+    out["plain_samples_per_s"] = rates["plain"]
+    out["ratio"] = rates["agn"] / rates["plain"]
+    # Fastest repetition of each: less sensitive to other load on the machine.
+    out["ratio_best"] = best["agn"] / best["plain"]
+    for name in runners:
+      if name not in ("agn", "plain"):
+        out[f"{name}_samples_per_s"] = rates[name]
+        out[f"{name}_ratio"] = rates[name] / rates["plain"]
+        out[f"{name}_ratio_best"] = best[name] / best["plain"]
+    if args.raw:
+      out["times_s"] = times
+    del runners
+
+  if not args.skip_small:
+    loss_fn, params, batches, _ = _setup((32,), 64, args.small_batch_size, lam,
+                                         args.seed)
+    runners = _runners(loss_fn, params, batches, args)
+    rates, best, times = _bench(runners, args.small_windows_per_rep,
+                                args.small_reps, args.warmup,
+                                lam * args.small_batch_size)
+    out["small_params"] = sum(x.size for x in jax.tree.leaves(params))
+    out["small_agn_samples_per_s"] = rates["agn"]
+    out["small_plain_samples_per_s"] = rates["plain"]
+    out["small_ratio"] = rates["agn"] / rates["plain"]
+    out["small_ratio_best"] = best["agn"] / best["plain"]
+    for name in runners:
+      if name not in ("agn", "plain"):
+        out[f"small_{name}_samples_per_s"] = rates[name]
+        out[f"small_{name}_ratio"] = rates[name] / rates["plain"]
+    if args.raw:
+      out["small_times_s"] = times
+
+  out["targets"] = {"ratio": 0.97, "small_ratio": 1.5}
+  out["machine"] = _machine()
+  out["flags"] = vars(args)
+  print(json.dumps(out, indent=2, sort_keys=False))
+
+
+if __name__ == "__main__":
+  main()
