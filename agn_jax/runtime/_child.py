@@ -1,0 +1,141 @@
+"""What every child process (server, worker, evaluator) shares: start-up, JAX set-up, failure reports.
+
+Nothing here imports JAX at module level: a child applies its placement first.
+"""
+
+import os
+import signal
+import traceback
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
+
+from agn_jax.runtime import placement as placement_lib
+
+DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "agn_jax", "jax_cache")
+
+
+class RunContext(NamedTuple):
+  """Everything a child needs, handed over once as a `Process` argument.
+
+  Attributes:
+    config: `TrainConfig.to_dict()` (every process rebuilds the same parts).
+    data: the `SharedArrays` with x_train, y_train, x_test, y_test.
+    transport: the `Transport` to the center and the commit ring.
+    events: queue of `(kind, dict)` events to the launcher.
+    stop: event the launcher sets to end the run early.
+    layout: the parameters' shapes and dtypes (`FlatLayout.metadata()`).
+    num_classes: of the dataset.
+    input_shape: of one example.
+    cache_dir: JAX's persistent compilation cache, shared by all processes.
+    parent_pid: the launcher; a child whose parent is gone exits.
+  """
+  config: dict
+  data: Any
+  transport: Any
+  events: Any
+  stop: Any
+  layout: Sequence
+  num_classes: int
+  input_shape: Tuple[int, ...]
+  cache_dir: Optional[str]
+  parent_pid: int
+
+
+def enter(placement: placement_lib.Placement) -> None:
+  """Applies a placement at the very top of a child, before JAX is imported.
+
+  The launcher already spawned the child with this environment; setting it
+  again keeps a child correct however it was started.
+  """
+  # The launcher coordinates Ctrl-C; a child must not die of it on its own.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  os.environ.update(placement.env)
+  if placement.cpu_affinity and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, placement.cpu_affinity)
+
+
+def configure_jax(cache_dir: Optional[str]):
+  """Imports JAX with the persistent compilation cache on; returns the module.
+
+  With the cache every process after the first loads the compiled window
+  kernel from disk instead of compiling it again.
+  """
+  import jax
+  if cache_dir:
+    jax.config.update("jax_compilation_cache_dir",
+                      os.path.expanduser(cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  return jax
+
+
+def parent_alive(ctx: RunContext) -> bool:
+  """False once the launcher is gone (re-parented), so no child is orphaned."""
+  return os.getppid() == ctx.parent_pid
+
+
+def report_failure(ctx: RunContext, role: str, error: BaseException) -> None:
+  """Sends a failure to the launcher: one line plus the traceback."""
+  line = f"{type(error).__name__}: {error}".splitlines()[0] if str(
+      error) else type(error).__name__
+  try:
+    ctx.events.put(("error", {
+        "role": role,
+        "message": line,
+        "traceback": traceback.format_exc(),
+    }))
+  except Exception:  # The launcher may be gone already.
+    pass
+
+
+def build_parts(ctx: RunContext):
+  """`(config, strategy, model, loss_fn, layout)`, checked against the launcher's layout."""
+  from agn_jax import build
+  from agn_jax.config import TrainConfig
+  config = TrainConfig.from_dict(ctx.config)
+  strategy = build.build_strategy(config)
+  model, loss_fn = build.build_model(config, ctx.num_classes, ctx.input_shape)
+  layout = param_layout(model, config, ctx.input_shape)
+  layout.check(ctx.layout)
+  return config, strategy, model, loss_fn, layout
+
+
+def param_layout(model, config, input_shape):
+  """The `FlatLayout` of the model's parameters, without computing them."""
+  import math
+  import jax
+  from agn_jax import models
+  from agn_jax.runtime import flat
+  input_dim = math.prod(input_shape)
+  shapes = jax.eval_shape(
+      lambda: models.init_params(model, jax.random.PRNGKey(config.seed),
+                                 input_dim))
+  return flat.FlatLayout.from_tree(shapes)
+
+
+class Fault(NamedTuple):
+  """A test hook: make a real worker fail at a given window.
+
+  Read from `AGN_JAX_FAULT="kind:worker=W:window=K"`, kind one of `raise`
+  (raise an exception), `exit` (die without a word, as a crash would) or
+  `nan` (commit a non-finite delta once).
+  """
+  kind: str
+  worker: int
+  window: int
+
+
+def parse_fault(spec: Optional[str]) -> Optional[Fault]:
+  """Parses `AGN_JAX_FAULT`; None when unset.
+
+  Example:
+    >>> parse_fault("raise:worker=1:window=3")
+    Fault(kind='raise', worker=1, window=3)
+  """
+  if not spec:
+    return None
+  kind, *fields = spec.split(":")
+  values = dict(f.split("=", 1) for f in fields)
+  if kind not in ("raise", "exit", "nan") or set(values) != {"worker", "window"}:
+    raise ValueError(f"AGN_JAX_FAULT must look like "
+                     f"'raise|exit|nan:worker=W:window=K', got {spec!r}")
+  return Fault(kind, int(values["worker"]), int(values["window"]))

@@ -1,0 +1,59 @@
+"""The evaluator process: test loss and accuracy of a center snapshot, on a timer and at the end.
+
+A separate process, so an evaluation never holds up the server's commits
+(it only pulls, like a worker). No JAX at module level.
+"""
+
+import time
+
+import numpy as np
+
+from agn_jax.runtime import _child
+
+
+def evaluator_main(ctx: _child.RunContext, placement, final) -> None:
+  """Entry point of the evaluator; `final` is the launcher's "evaluate now and exit" event."""
+  _child.enter(placement)
+  try:
+    _evaluate_loop(ctx, final)
+  except BaseException as e:  # pylint: disable=broad-except
+    _child.report_failure(ctx, "evaluator", e)
+    raise SystemExit(1)
+
+
+def _evaluate_loop(ctx, final):
+  jax = _child.configure_jax(ctx.cache_dir)
+  from agn_jax import models
+  config, _, model, _, layout = _child.build_parts(ctx)
+  arrays = ctx.data.arrays()
+  x_test, y_test = arrays["x_test"], arrays["y_test"]
+  unravel = jax.jit(layout.unravel)
+  buffer = np.empty(layout.num_params, np.float32)
+
+  def evaluate(is_final):
+    clock = ctx.transport.pull(buffer)
+    loss, accuracy = models.evaluate(model.apply, unravel(buffer), x_test,
+                                     y_test)
+    ctx.events.put(("eval", {
+        "time": time.time(), "clock": clock, "loss": loss,
+        "accuracy": accuracy, "final": is_final,
+    }))
+
+  period = config.eval_every_seconds
+  if period and period > 0:
+    evaluate(False)  # The initial center: where every curve starts.
+  else:
+    # Compile now, so the final evaluation does not wait for it.
+    models.evaluate(model.apply, unravel(np.zeros_like(buffer)), x_test,
+                    y_test)
+  next_time = time.monotonic() + (period or 0)
+  while True:
+    wait = max(0.0, next_time - time.monotonic()) if period > 0 else 0.5
+    if final.wait(min(wait, 0.5)):
+      evaluate(True)
+      return
+    if not _child.parent_alive(ctx):
+      return
+    if period > 0 and time.monotonic() >= next_time:
+      evaluate(False)
+      next_time = time.monotonic() + period

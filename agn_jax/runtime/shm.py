@@ -1,0 +1,170 @@
+"""POSIX shared-memory segments with owner-only permissions and explicit ownership.
+
+Python's `SharedMemory` (3.11) registers every *attach* with a resource tracker
+that may unlink a segment when an attaching child exits; here only the creating
+process (the launcher) registers and unlinks, children merely map.
+"""
+
+import mmap
+import os
+import secrets
+from typing import Dict, Mapping, NamedTuple, Tuple
+
+import _posixshmem
+import numpy as np
+
+_PREFIX = "agn_"
+ALIGN = 64  # A cache line: slots and buffers never share one.
+
+
+def new_name() -> str:
+  """A unique, unguessable segment name, e.g. `agn_3f9c0a1b2c3d4e5f`."""
+  return _PREFIX + secrets.token_hex(8)
+
+
+def aligned(nbytes: int) -> int:
+  return -(-int(nbytes) // ALIGN) * ALIGN
+
+
+class Segment:
+  """One shared-memory segment mapped into this process.
+
+  Create it once in the owner (`Segment.create`), pass `name` to other
+  processes, which `Segment.attach` it; the owner calls `unlink` at the end.
+  The segment is created with mode 0o600 (owner-only) and `O_EXCL`, so a name
+  collision or a pre-planted segment fails loudly instead of being shared.
+  """
+
+  def __init__(self, name: str, size: int, mapping: mmap.mmap, owner: bool):
+    self.name = name
+    self.size = size
+    self._mmap = mapping
+    self.owner = owner
+
+  @classmethod
+  def create(cls, size: int, name: str = None, track: bool = True) -> "Segment":
+    """Creates a new segment of `size` bytes (zero-filled)."""
+    name = name or new_name()
+    size = max(int(size), 1)
+    fd = _posixshmem.shm_open("/" + name,
+                              os.O_CREAT | os.O_EXCL | os.O_RDWR,
+                              mode=0o600)
+    try:
+      os.fchmod(fd, 0o600)  # Independent of the umask.
+      os.ftruncate(fd, size)
+      mapping = mmap.mmap(fd, size)
+    except BaseException:
+      os.close(fd)
+      _posixshmem.shm_unlink("/" + name)
+      raise
+    os.close(fd)
+    if track:
+      # If the owner is killed (SIGKILL) the tracker process still unlinks.
+      from multiprocess import resource_tracker
+      resource_tracker.register("/" + name, "shared_memory")
+    seg = cls(name, size, mapping, owner=True)
+    seg._tracked = track
+    return seg
+
+  @classmethod
+  def attach(cls, name: str) -> "Segment":
+    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+    try:
+      size = os.fstat(fd).st_size
+      mapping = mmap.mmap(fd, size)
+    finally:
+      os.close(fd)
+    return cls(name, size, mapping, owner=False)
+
+  def array(self, dtype, shape, offset: int = 0) -> np.ndarray:
+    """A numpy view of `shape` `dtype` elements at byte `offset`."""
+    return np.ndarray(shape, dtype=dtype, buffer=self._mmap, offset=offset)
+
+  def close(self):
+    """Unmaps the segment (a no-op while numpy views of it are alive)."""
+    if self._mmap is not None:
+      try:
+        self._mmap.close()
+        self._mmap = None
+      except BufferError:
+        pass  # Views still alive; the mapping goes when they do.
+
+  def unlink(self):
+    """Removes the name; the memory goes once every process has unmapped it."""
+    try:
+      _posixshmem.shm_unlink("/" + self.name)
+    except FileNotFoundError:
+      pass
+    if getattr(self, "_tracked", False):
+      from multiprocess import resource_tracker
+      resource_tracker.unregister("/" + self.name, "shared_memory")
+      self._tracked = False
+
+
+class ArraySpec(NamedTuple):
+  offset: int
+  shape: Tuple[int, ...]
+  dtype: str
+
+
+class SharedArrays:
+  """Read-only numpy arrays placed once in one segment and shared by all processes.
+
+  The launcher creates it from a dict of arrays; pickling it (to a spawned
+  child) carries only the name and the layout, and the child's `arrays()` are
+  views onto the same physical pages: `n` workers hold one copy of the data.
+
+  Example:
+    >>> shared = SharedArrays.create({"x": np.ones((2, 3), np.float32)})
+    >>> float(shared.arrays()["x"].sum())
+    6.0
+    >>> shared.close(); shared.unlink()
+  """
+
+  def __init__(self, name: str, specs: Mapping[str, ArraySpec]):
+    self.name = name
+    self.specs = dict(specs)
+    self._segment = None
+
+  @classmethod
+  def create(cls, arrays: Mapping[str, np.ndarray]) -> "SharedArrays":
+    specs, offset = {}, 0
+    for key, value in arrays.items():
+      value = np.ascontiguousarray(value)
+      specs[key] = ArraySpec(offset, tuple(value.shape), value.dtype.str)
+      offset += aligned(value.nbytes)
+    segment = Segment.create(offset)
+    shared = cls(segment.name, specs)
+    shared._segment = segment
+    for key, value in arrays.items():
+      spec = specs[key]
+      shared._view(key, spec)[...] = value
+    return shared
+
+  def _view(self, key, spec):
+    return self._segment.array(np.dtype(spec.dtype), spec.shape, spec.offset)
+
+  def arrays(self) -> Dict[str, np.ndarray]:
+    """Read-only views of every array (attaches on first use)."""
+    if self._segment is None:
+      self._segment = Segment.attach(self.name)
+    out = {}
+    for key, spec in self.specs.items():
+      view = self._view(key, spec)
+      view.flags.writeable = False
+      out[key] = view
+    return out
+
+  def __getstate__(self):
+    return {"name": self.name, "specs": self.specs}
+
+  def __setstate__(self, state):
+    self.__init__(state["name"], state["specs"])
+
+  def close(self):
+    if self._segment is not None:
+      self._segment.close()
+
+  def unlink(self):
+    if self._segment is not None and self._segment.owner:
+      self._segment.unlink()

@@ -1,0 +1,262 @@
+"""The worker process: pull, λ local steps in one dispatch, commit, in the strategy's order.
+
+Module level imports no JAX: `worker_main` applies the placement first.
+"""
+
+import os
+import resource
+import time
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from agn_jax.runtime import _child
+from agn_jax.runtime.transport import CommitHeader, WorkerDone
+
+_POLL_SECONDS = 0.1
+
+
+def shard_bounds(num_examples: int, num_workers: int,
+                 worker: int) -> tuple:
+  """`[start, stop)` of worker `worker`'s contiguous shard of the training set.
+
+  Example:
+    >>> [shard_bounds(10, 3, k) for k in range(3)]
+    [(0, 3), (3, 6), (6, 10)]
+  """
+  return (num_examples * worker // num_workers,
+          num_examples * (worker + 1) // num_workers)
+
+
+def windows_per_worker(num_examples: int, num_workers: int, epochs: float,
+                       communication_window: int, batch_size: int) -> int:
+  """Whole windows in one worker's share of `epochs × N / n` samples.
+
+  A last partial window (< λ steps) is not committed, as in the reference
+  implementation, so it is not run either.
+
+  Example:
+    >>> windows_per_worker(1000, 4, 2.0, communication_window=5, batch_size=10)
+    10
+  """
+  share = epochs * num_examples / num_workers
+  return int(share // (communication_window * batch_size))
+
+
+class BatchSampler:
+  """Endless shuffled passes over one shard: a fresh permutation every epoch."""
+
+  def __init__(self, num_examples: int, rng: np.random.Generator):
+    if num_examples < 1:
+      raise ValueError("a worker's shard is empty; use fewer workers")
+    self._n = num_examples
+    self._rng = rng
+    self._perm = rng.permutation(num_examples)
+    self._pos = 0
+
+  def take(self, k: int) -> np.ndarray:
+    parts = []
+    while k > 0:
+      if self._pos == self._n:
+        self._perm, self._pos = self._rng.permutation(self._n), 0
+      t = min(k, self._n - self._pos)
+      parts.append(self._perm[self._pos:self._pos + t])
+      self._pos += t
+      k -= t
+    return np.concatenate(parts)
+
+
+class WorkerFunctions(NamedTuple):
+  """The jitted pieces of the worker loop.
+
+  Attributes:
+    kernel: `(params, opt_state, batches) -> WindowResult`, the window kernel.
+    init: `center_flat -> (params, opt_state)`.
+    commit: `(params, opt_state, center_flat) -> (payload, params,
+      opt_state)` with `payload` a tuple of flat vectors in
+      `strategy.payload` order.
+    pull: `(params, opt_state, center_flat) -> (params, opt_state)`.
+  """
+  kernel: object
+  init: object
+  commit: object
+  pull: object
+
+
+def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
+  """Jits the strategy's worker side around the flat center and payload."""
+  import jax
+  from agn_jax import kernel as kernel_lib
+
+  def init(center_flat):
+    return strategy.init_worker(layout.unravel(center_flat))
+
+  def commit(params, opt_state, center_flat):
+    payload, params, opt_state = strategy.commit_fn(
+        params, opt_state, layout.unravel(center_flat))
+    return (tuple(layout.ravel(payload[key]) for key in strategy.payload),
+            params, opt_state)
+
+  def pull(params, opt_state, center_flat):
+    return strategy.pull_fn(params, opt_state, layout.unravel(center_flat))
+
+  return WorkerFunctions(
+      kernel=kernel_lib.window_kernel(loss_fn, strategy.worker_transform),
+      init=jax.jit(init),
+      commit=jax.jit(commit, donate_argnums=(0, 1)),
+      pull=jax.jit(pull, donate_argnums=(0, 1)))
+
+
+def worker_main(ctx: _child.RunContext, index: int, placement,
+                compiled) -> None:
+  """Entry point of worker `index` (a spawned process)."""
+  entered = time.time()
+  _child.enter(placement)
+  try:
+    _Worker(ctx, index, compiled, entered).run()
+  except BaseException as e:  # pylint: disable=broad-except
+    _child.report_failure(ctx, f"worker {index}", e)
+    raise SystemExit(1)
+
+
+class _Worker:
+  """One worker's state and loop."""
+
+  def __init__(self, ctx, index, compiled, entered):
+    self.timeline = {"entered": entered}
+    self.ctx = ctx
+    self.index = index
+    self.compiled = compiled
+    self.transport = ctx.transport
+    self.fault = _child.parse_fault(os.environ.get("AGN_JAX_FAULT"))
+    if self.fault is not None and self.fault.worker != index:
+      self.fault = None
+
+  def _stopping(self) -> bool:
+    if not _child.parent_alive(self.ctx):
+      raise SystemExit(0)  # The launcher is gone: leave quietly.
+    return self.ctx.stop.is_set()
+
+  def _pull(self, jnp, pushed=0):
+    # Read-your-writes: the center must already hold this worker's commits.
+    while not self.transport.wait_acknowledged(self.index, pushed,
+                                               _POLL_SECONDS):
+      if self._stopping():
+        break
+    buffer = np.empty(self.transport.num_params, np.float32)
+    clock = self.transport.pull(buffer)
+    # A fresh buffer per pull: the device array may alias host memory on CPU.
+    return clock, jnp.asarray(buffer)
+
+  def _push(self, payload, clock, loss, accuracy, window) -> bool:
+    """Writes the payload into a free slot and commits it; False if stopped."""
+    slot = None
+    while slot is None:
+      slot = self.transport.acquire_slot(self.index, timeout=_POLL_SECONDS)
+      # A finished window is still committed after a stop, unless the ring
+      # stays full (the server may be gone).
+      if slot is None and self._stopping():
+        return False
+    view = self.transport.slot(slot)
+    for i, vector in enumerate(payload):
+      np.copyto(view[i], np.asarray(vector))
+    if self.fault and self.fault.kind == "nan" and window == self.fault.window:
+      view[0, 0] = np.nan
+    self.transport.commit(
+        CommitHeader(slot, self.index, clock, loss, accuracy, time.time()))
+    return True
+
+  def _wait_for_compiled(self):
+    # Worker 0 compiles and fills the persistent cache; the others then load
+    # the executables instead of compiling the same kernels n times.
+    while not self.compiled.wait(_POLL_SECONDS):
+      if self._stopping():
+        return False
+    return True
+
+  def run(self):
+    ctx, index = self.ctx, self.index
+    _child.configure_jax(ctx.cache_dir)
+    import jax.numpy as jnp
+    from agn_jax import strategies
+    config, strategy, _, loss_fn, layout = _child.build_parts(ctx)
+    arrays = ctx.data.arrays()
+    x, y = arrays["x_train"], arrays["y_train"]
+    n = config.num_workers
+    start, stop = shard_bounds(len(x), n, index)
+    x_shard, y_shard = x[start:stop], y[start:stop]
+    lam, batch = config.communication_window, config.batch_size
+    num_windows = windows_per_worker(len(x), n, config.epochs, lam, batch)
+    sampler = BatchSampler(len(x_shard),
+                           np.random.default_rng([config.seed, index]))
+    fns = worker_functions(strategy, loss_fn, layout)
+    self.timeline["built"] = time.time()
+
+    if index == 0:
+      self._warm_up(fns, jnp, x_shard.shape[1], lam, batch)
+      self.compiled.set()
+    elif not self._wait_for_compiled():
+      self._finish(0, 0, None)
+      return
+
+    self.timeline["compiled"] = time.time()
+    clock, center = self._pull(jnp)
+    params, opt_state = fns.init(center)
+    started = time.time()
+    ctx.events.put(("ready", {"time": started, "worker": index,
+                              "timeline": self.timeline}))
+    commits = 0
+    commit_then_pull = strategy.protocol == strategies.COMMIT_THEN_PULL
+    for window in range(num_windows):
+      if self._stopping():
+        break
+      if self.fault and window == self.fault.window:
+        if self.fault.kind == "raise":
+          raise RuntimeError(f"injected fault (AGN_JAX_FAULT) in worker "
+                             f"{index} at window {window}")
+        if self.fault.kind == "exit":
+          os._exit(3)
+      idx = sampler.take(lam * batch)
+      batches = (x_shard[idx].reshape(lam, batch, -1),
+                 y_shard[idx].reshape(lam, batch))
+      result = fns.kernel(params, opt_state, batches)
+      params, opt_state = result.params, result.opt_state
+      loss = float(jnp.mean(result.metrics["loss"]))
+      accuracy = float(jnp.mean(result.metrics.get("accuracy", jnp.nan)))
+      if commit_then_pull:
+        payload, params, opt_state = fns.commit(params, opt_state, center)
+        if not self._push(payload, clock, loss, accuracy, window):
+          break
+        clock, center = self._pull(jnp, commits + 1)
+        params, opt_state = fns.pull(params, opt_state, center)
+      else:
+        clock, center = self._pull(jnp, commits)
+        payload, params, opt_state = fns.commit(params, opt_state, center)
+        if not self._push(payload, clock, loss, accuracy, window):
+          break
+      commits += 1
+    self._finish(commits, commits * lam * batch, started)
+
+  def _warm_up(self, fns, jnp, input_dim, lam, batch):
+    """Compiles every jitted piece once, on zeros, to fill the cache."""
+    center = jnp.zeros(self.transport.num_params, jnp.float32)
+    params, opt_state = fns.init(center)
+    batches = (np.zeros((lam, batch, input_dim), np.float32),
+               np.zeros((lam, batch), np.int32))
+    result = fns.kernel(params, opt_state, batches)
+    _, params, opt_state = fns.commit(result.params, result.opt_state, center)
+    fns.pull(params, opt_state, center)
+
+  def _finish(self, commits, samples, started: Optional[float]):
+    stats = {
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "started": started,
+    }
+    try:
+      import psutil
+      info = psutil.Process().memory_full_info()
+      stats["uss_mb"] = info.uss / 2**20
+      stats["rss_mb"] = info.rss / 2**20
+    except Exception:  # psutil is optional here; the peak is enough.
+      pass
+    self.transport.finish(WorkerDone(self.index, commits, samples, stats))

@@ -1,0 +1,1 @@
+"""Command-line programs: train one run, compare runs, sweep a grid."""

@@ -1,0 +1,305 @@
+"""The training flags shared by `experiments.train` and `experiments.sweep`.
+
+Every flag is validated when absl parses it, so a bad value ends the program
+with one line naming the flag and what it accepts, before any process starts.
+"""
+
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from typing import Callable, Iterable, List, Optional, Sequence
+
+from absl import flags
+
+from agn_jax import config as config_lib
+
+
+class UsageError(Exception):
+  """A bad command line or workdir, reported as one line and exit status 2."""
+
+
+def _positive(value) -> bool:
+  return value is not None and value > 0
+
+
+def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
+  return lambda value: value is None or check(value)
+
+
+def _is_int(text: str) -> bool:
+  try:
+    int(text)
+  except ValueError:
+    return False
+  return True
+
+
+def positive_int_list(values: Optional[Sequence[str]]) -> bool:
+  """Whether a list flag holds one or more positive integers."""
+  return bool(values) and all(
+      _is_int(v) and int(v) > 0 for v in values)
+
+
+# What each validated flag accepts, to complete absl's own parse errors
+# ("invalid literal for int()") with the same words the validators use.
+_ACCEPTS = {}
+
+
+def _validate(name: str, check: Callable[[object], bool], accepts: str,
+              flag_values: flags.FlagValues) -> None:
+  _ACCEPTS[name] = accepts
+  flags.register_validator(name, check, message=f"--{name} accepts {accepts}",
+                           flag_values=flag_values)
+
+
+# Each flag has the name of the TrainConfig field it fills and its default.
+_DEFAULTS = config_lib.TrainConfig()
+
+
+def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
+                       skip: Iterable[str] = ()) -> None:
+  """Defines one flag per `TrainConfig` field, each with its validator.
+
+  Args:
+    flag_values: where to define them.
+    skip: names the caller defines itself (the sweep's grid axes).
+  """
+  skip = set(skip)
+  d = _DEFAULTS
+
+  def enum(name, default, values, help_):
+    if name in skip:
+      return
+    flags.DEFINE_enum(name, default, values, help_, flag_values=flag_values)
+
+  def integer(name, default, help_, check, accepts):
+    if name in skip:
+      return
+    flags.DEFINE_integer(name, default, help_, flag_values=flag_values)
+    _validate(name, check, accepts, flag_values)
+
+  def floating(name, default, help_, check, accepts):
+    if name in skip:
+      return
+    flags.DEFINE_float(name, default, help_, flag_values=flag_values)
+    _validate(name, check, accepts, flag_values)
+
+  enum("strategy", d.strategy, list(config_lib.STRATEGIES),
+       "Training strategy: AGN or one of the baselines.")
+  integer("num_workers", d.num_workers, "Number of worker processes n.",
+          _positive, "an integer >= 1")
+  integer("communication_window", d.communication_window,
+          "Local steps λ between commits (λ = 1 is DOWNPOUR).", _positive,
+          "an integer >= 1")
+  enum("dataset", d.dataset, list(config_lib.DATASETS), "Dataset.")
+  if "data_dir" not in skip:
+    flags.DEFINE_string("data_dir", d.data_dir,
+                        "Directory of the MNIST IDX files (downloaded there "
+                        "if missing); default ~/.cache/agn_jax/mnist.",
+                        flag_values=flag_values)
+  integer("dataset_size", d.dataset_size,
+          "Examples to generate (synthetic, mnist1d) or cap on the training "
+          "examples (digits, mnist); default: the dataset's own.",
+          _optional(_positive), "an integer >= 1 (or leave it unset)")
+  enum("model", d.model, list(config_lib.MODELS), "Model.")
+  if "hidden_sizes" not in skip:
+    flags.DEFINE_list("hidden_sizes", [str(h) for h in d.hidden_sizes],
+                      "Widths of the MLP's hidden layers, comma-separated.",
+                      flag_values=flag_values)
+    _validate("hidden_sizes", positive_int_list,
+              "a comma-separated list of integers >= 1, e.g. 1000,2000,1000",
+              flag_values)
+  integer("batch_size", d.batch_size, "Mini-batch size of every local step.",
+          _positive, "an integer >= 1")
+  floating("epochs", d.epochs,
+           "Total epochs' worth of data, split equally over the workers.",
+           _positive, "a number > 0")
+  enum("worker_optimizer", d.worker_optimizer,
+       list(config_lib.WORKER_OPTIMIZERS),
+       "Local optimizer of the workers (eamsgd always uses momentum).")
+  floating("learning_rate", d.learning_rate,
+           "Learning rate η of the local optimizer.", _positive,
+           "a number > 0")
+  floating("momentum", d.momentum,
+           "Momentum of the momentum optimizer and of eamsgd's workers.",
+           lambda v: v is not None and 0 <= v < 1, "a number in [0, 1)")
+  floating("rho", d.rho, "Elasticity ρ of aeasgd/eamsgd (α = ρ η).",
+           _positive, "a number > 0")
+  enum("server_optimizer", d.server_optimizer,
+       list(config_lib.SERVER_OPTIMIZERS),
+       "Outer optimizer applied to the committed deltas (DiLoCo: nesterov, "
+       "--server_learning_rate=0.7, --server_momentum=0.9).")
+  floating("server_learning_rate", d.server_learning_rate,
+           "Learning rate of the server optimizer.", _positive,
+           "a number > 0")
+  floating("server_momentum", d.server_momentum,
+           "Momentum of the server optimizer.",
+           lambda v: v is not None and 0 <= v < 1, "a number in [0, 1)")
+  enum("platform", d.platform, list(config_lib.PLATFORMS),
+       "Platform of the workers; default: whatever JAX finds.")
+  floating("eval_every_seconds", d.eval_every_seconds,
+           "Seconds between evaluations of the center on the test set; "
+           "0 or less: only the final one.", lambda v: v is not None,
+           "a number (0 or less turns periodic evaluation off)")
+  floating("max_seconds", d.max_seconds,
+           "Stop training after this many seconds; default: no limit.",
+           _optional(_positive), "a number > 0 (or leave it unset)")
+  integer("seed", d.seed, "Seed of initialization and data shuffling.",
+          lambda v: v is not None and v >= 0, "an integer >= 0")
+  if "workdir" not in skip:
+    flags.DEFINE_string("workdir", None,
+                        "Where results go; default "
+                        "runs/<strategy>-n<N>-l<λ>-<timestamp>. An existing "
+                        "non-empty workdir needs --resume.",
+                        flag_values=flag_values)
+  floating("checkpoint_every_seconds", d.checkpoint_every_seconds,
+           "Seconds between checkpoints; 0 or less: only at the end.",
+           lambda v: v is not None, "a number")
+  integer("max_worker_restarts", d.max_worker_restarts,
+          "How often a dead worker is restarted before the run fails.",
+          lambda v: v is not None and v >= 0, "an integer >= 0")
+  if "resume" not in skip:
+    flags.DEFINE_bool("resume", d.resume,
+                      "Continue the run found in --workdir.",
+                      flag_values=flag_values)
+
+
+def parse_flags_or_exit(argv: List[str],
+                        flag_values: flags.FlagValues = flags.FLAGS,
+                        allow_positional: bool = False) -> List[str]:
+  """An `app.run` flags parser whose errors are one line and exit status 2.
+
+  absl's own parser prints the error plus a hint about --helpshort; here the
+  error alone is the line. Unknown flags, bad values, validator failures and
+  unreadable or invalid --flagfile contents all land here.
+
+  Args:
+    argv: the full command line, program name first.
+    flag_values: the flags to parse into.
+    allow_positional: whether arguments other than flags are accepted.
+
+  Returns:
+    The remaining positional arguments, program name first.
+  """
+  program = os.path.splitext(os.path.basename(argv[0]))[0] if argv else ""
+  try:
+    remaining = flag_values(argv)
+  except flags.Error as e:
+    exit_with_error(program or "error", one_line_error(str(e), argv), status=2)
+  if not allow_positional and len(remaining) > 1:
+    exit_with_error(program, "unexpected arguments "
+                    f"{' '.join(remaining[1:])!r}; every option is a --flag",
+                    status=2)
+  return remaining
+
+
+def one_line_error(message: str, argv: Sequence[str]) -> str:
+  """absl's parse error, completed with what the flag accepts."""
+  message = " ".join(message.split())
+  message = message.replace("ERROR:: Unable to open flagfile:",
+                            "--flagfile: cannot open")
+  match = re.match(r"flag --(\w+)=", message)
+  if match and match.group(1) in _ACCEPTS and "accepts" not in message:
+    message += f"; --{match.group(1)} accepts {_ACCEPTS[match.group(1)]}"
+  if message.startswith("Unknown command line flag"):
+    message = "unknown flag" + message[len("Unknown command line flag"):]
+    flagfiles = [a for a in argv if a.startswith(("--flagfile", "-flagfile"))]
+    if flagfiles:
+      message += f" (on the command line or in {', '.join(flagfiles)})"
+  return message
+
+
+def exit_with_error(program: str, message: str, status: int = 1):
+  """Prints `program: error: message` as one line on stderr and exits."""
+  message = " ".join(str(message).split())
+  print(f"{program}: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(status)
+
+
+def default_workdir(strategy: str, num_workers: int,
+                    communication_window: int, root: str = "runs") -> str:
+  """`runs/<strategy>-n<N>-l<λ>-<timestamp>`."""
+  stamp = time.strftime("%Y%m%d-%H%M%S")
+  return os.path.join(
+      root, f"{strategy}-n{num_workers}-l{communication_window}-{stamp}")
+
+
+def check_workdir(workdir: str, resume: bool) -> None:
+  """Refuses to write over an earlier run's results.
+
+  Raises:
+    UsageError: if `workdir` is a file, is a non-empty directory without
+      `resume`, or does not hold a run while `resume` is set.
+  """
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise UsageError(f"--workdir={workdir} is a file, not a directory")
+  non_empty = os.path.isdir(workdir) and bool(os.listdir(workdir))
+  if non_empty and not resume:
+    raise UsageError(f"--workdir={workdir} already holds files; pass "
+                     "--resume to continue that run or choose another "
+                     "--workdir")
+  if resume and not non_empty:
+    raise UsageError(f"--resume: --workdir={workdir} holds no run to resume")
+
+
+def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
+                      **overrides) -> config_lib.TrainConfig:
+  """Builds the `TrainConfig` from parsed flags.
+
+  Args:
+    flag_values: parsed flags; fields whose flag is not defined keep the
+      `TrainConfig` default unless given in `overrides`.
+    **overrides: field values that win over the flags (the sweep's axes).
+
+  Returns:
+    The config. Without a --workdir flag value it gets `default_workdir`.
+  """
+  values = {}
+  for name in config_lib.TrainConfig.__dataclass_fields__:
+    if name in overrides:
+      values[name] = overrides[name]
+    elif name in flag_values:
+      values[name] = flag_values[name].value
+  if "hidden_sizes" in values and "hidden_sizes" not in overrides:
+    values["hidden_sizes"] = tuple(int(h) for h in values["hidden_sizes"])
+  config = config_lib.TrainConfig(**values)
+  if not values.get("workdir"):
+    config.workdir = default_workdir(config.strategy, config.num_workers,
+                                     config.communication_window)
+  return config
+
+
+def write_config(config: config_lib.TrainConfig, workdir: str,
+                 command: Optional[Sequence[str]] = None) -> str:
+  """Makes sure config.json names every TrainConfig field (every flag value).
+
+  The runtime writes config.json when it starts; its values are kept and any
+  field it lacks is added. `command`, the command line, is recorded as well:
+  flags given through --flagfile are already expanded into the fields.
+
+  Returns:
+    The path of config.json.
+  """
+  path = os.path.join(workdir, "config.json")
+  content = {}
+  if os.path.isfile(path):
+    try:
+      with open(path) as f:
+        content = json.load(f)
+    except (OSError, ValueError):
+      content = {}
+  missing = {k: v for k, v in config.to_dict().items() if k not in content}
+  if command and "command" not in content:
+    missing["command"] = " ".join(shlex.quote(a) for a in command)
+  if missing or not content:
+    content.update(missing)
+    os.makedirs(workdir, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump(content, f, indent=2, sort_keys=True)
+      f.write("\n")
+    os.replace(tmp, path)
+  return path

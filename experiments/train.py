@@ -1,0 +1,284 @@
+r"""Trains one model with asynchronous data-parallel workers.
+
+  python -m experiments.train --flagfile=experiments/configs/quickstart.flags
+  python -m experiments.train --strategy=aeasgd --num_workers=8 \
+      --communication_window=20 --workdir=runs/aeasgd-8
+
+Writes metrics.jsonl, summary.json, config.json, curves.png and staleness.png
+into --workdir. Exit status: 0 done, 1 data or run failure, 2 bad command
+line, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+from typing import Callable, Dict, Optional, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tqdm
+
+from agn_jax.config import TrainConfig
+from experiments import compare
+from experiments import flags as flags_lib
+
+FLAGS = flags.FLAGS
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised like Ctrl-C so the runtime shuts its processes down."""
+
+
+def was_terminated(interrupt: KeyboardInterrupt) -> bool:
+  """Whether an interrupt came from SIGTERM rather than Ctrl-C.
+
+  Outside `runtime.train` our own handler raises `Terminated`; inside it the
+  runtime's handler raises `KeyboardInterrupt("received signal 15")`.
+  """
+  return isinstance(interrupt, Terminated) or str(interrupt).endswith(
+      f"signal {int(signal.SIGTERM)}")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+  """Turns SIGTERM into `Terminated` (a KeyboardInterrupt) in this block."""
+
+  def handler(signum, frame):
+    del signum, frame
+    raise Terminated()
+
+  try:
+    previous = signal.signal(signal.SIGTERM, handler)
+  except ValueError:  # Not the main thread: leave signals alone.
+    yield
+    return
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+class ProgressBar:
+  """A tqdm bar fed by the runtime's progress callback.
+
+  Shows commits, commits/s, the latest test accuracy and the mean staleness.
+  """
+
+  def __init__(self, config: TrainConfig, enabled: bool = True):
+    self._config = config
+    self._enabled = enabled
+    self._bar = None
+    self._staleness_sum = 0.0
+    self._commits = 0
+    self._accuracy = None
+
+  def _start(self):
+    # Created at the first event, so a run that fails while loading data
+    # leaves its one-line error alone on the terminal.
+    config = self._config
+    logging.info("training in %s: %s", os.path.abspath(config.workdir),
+                 config.to_dict())
+    self._bar = tqdm.tqdm(total=None, unit="commit", dynamic_ncols=True,
+                          mininterval=0.5, file=sys.stderr, leave=True,
+                          disable=not self._enabled,
+                          desc=(f"{config.strategy} n={config.num_workers} "
+                                f"λ={config.communication_window}"))
+
+  def __call__(self, event: Dict[str, object]) -> None:
+    if self._bar is None:
+      self._start()
+    kind = event.get("event")
+    total = event.get("total_commits", event.get("expected_commits"))
+    if isinstance(total, int) and total > 0 and self._bar.total != total:
+      self._bar.total = total
+      self._bar.refresh()
+    if kind == "commit":
+      self._commits += 1
+      staleness = event.get("staleness")
+      if isinstance(staleness, (int, float)):
+        self._staleness_sum += staleness
+      self._bar.update(1)
+      if self._commits % 16 == 0:
+        self._postfix()
+    elif kind == "eval":
+      accuracy = event.get("accuracy")
+      if isinstance(accuracy, (int, float)):
+        self._accuracy = float(accuracy)
+      self._postfix()
+
+  def _postfix(self):
+    parts = []
+    if self._accuracy is not None:
+      parts.append(f"test acc {self._accuracy:.4f}")
+    if self._commits:
+      parts.append(f"staleness {self._staleness_sum / self._commits:.2f}")
+    self._bar.set_postfix_str(", ".join(parts), refresh=False)
+
+  def close(self):
+    if self._bar is not None:
+      self._postfix()
+      self._bar.close()
+
+
+def summarize(config: TrainConfig, summary: Dict[str, object],
+              run: Optional[compare.Run]) -> Dict[str, Optional[float]]:
+  """The end-of-run table: summary.json's numbers, else the metrics'."""
+
+  def number(key):
+    value = summary.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+      return float(value)
+    return None
+
+  rows = {"final test accuracy": number("final_test_accuracy"),
+          "final test loss": number("final_test_loss"),
+          "wall time (s)": number("wall_seconds"),
+          "commits": number("num_commits"),
+          "mean staleness": number("mean_staleness"),
+          "samples/s": number("samples_per_second")}
+  if run is not None:
+    fallbacks = {
+        "final test accuracy": lambda: compare.final_accuracy(run),
+        "final test loss": lambda: float(run.evals["loss"][-1]),
+        "wall time (s)": lambda: compare.wall_time(run),
+        "commits": lambda: float(len(run.commits["time"])),
+        "mean staleness": lambda: float(np.mean(run.commits["staleness"])),
+    }
+    for key, fallback in fallbacks.items():
+      if rows[key] is None:
+        try:
+          rows[key] = fallback()
+        except (IndexError, ValueError):
+          pass
+  if rows["samples/s"] is None and rows["commits"] and rows["wall time (s)"]:
+    rows["samples/s"] = (rows["commits"] * config.communication_window *
+                         config.batch_size / rows["wall time (s)"])
+  return rows
+
+
+_TABLE_FORMAT = {"commits": ".0f", "samples/s": ".0f", "wall time (s)": ".2f",
+                 "mean staleness": ".2f"}
+
+
+def format_table(rows: Dict[str, Optional[float]]) -> str:
+  """Two aligned columns; missing values as n/a."""
+  width = max(len(k) for k in rows)
+  lines = []
+  for key, value in rows.items():
+    text = "n/a" if value is None else format(value,
+                                              _TABLE_FORMAT.get(key, ".4f"))
+    lines.append(f"{key:<{width}}  {text:>10}")
+  return "\n".join(lines)
+
+
+def _write_results(config: TrainConfig,
+                   command: Optional[Sequence[str]]) -> Optional[compare.Run]:
+  """config.json, curves.png and staleness.png; the run as read back."""
+  flags_lib.write_config(config, config.workdir, command)
+  try:
+    run = compare.read_run(config.workdir)
+  except compare.RunDirError as e:
+    logging.warning("no plots: %s", e)
+    return None
+  from experiments import plots  # pylint: disable=g-import-not-at-top
+  for path in plots.plot_run(run):
+    logging.info("wrote %s", path)
+  return run
+
+
+def train_and_report(config: TrainConfig,
+                     train_fn: Optional[Callable[..., dict]] = None,
+                     show_progress: bool = True,
+                     command: Optional[Sequence[str]] = None):
+  """Runs `runtime.train` with a progress bar, then writes config and plots.
+
+  Args:
+    config: the run's config; its workdir must have passed `check_workdir`.
+    train_fn: the trainer (default `agn_jax.runtime.train`).
+    show_progress: whether to draw the progress bar.
+    command: the command line, recorded in config.json when given.
+
+  Returns:
+    `(summary, rows)`: the runtime's summary dict and the end-of-run table.
+
+  Raises:
+    Whatever `train_fn` raises; KeyboardInterrupt (or `Terminated`) after the
+    runtime has cleaned up.
+  """
+  if train_fn is None:
+    from agn_jax import runtime  # pylint: disable=g-import-not-at-top
+    train_fn = runtime.train
+  bar = ProgressBar(config, enabled=show_progress)
+  try:
+    summary = train_fn(config, progress=bar)
+  except KeyboardInterrupt:
+    bar.close()
+    _write_results(config, command)  # Partial results are results too.
+    raise
+  except BaseException:
+    bar.close()
+    raise
+  bar.close()
+  run = _write_results(config, command)
+  return summary, summarize(config, summary or {}, run)
+
+
+def remove_if_unstarted(workdir: str) -> None:
+  """Removes a workdir that holds only the config of a run that never began.
+
+  So fixing the flag and running the same command again just works.
+  """
+  try:
+    if set(os.listdir(workdir)) <= {"config.json"}:
+      shutil.rmtree(workdir)
+  except OSError:
+    pass
+
+
+def main(argv):
+  program = "train"
+  del argv  # parse_flags_or_exit has rejected positional arguments.
+  command = ["python", "-m", "experiments.train"] + sys.argv[1:]
+  try:
+    config = flags_lib.config_from_flags(FLAGS)
+    flags_lib.check_workdir(config.workdir, config.resume)
+  except flags_lib.UsageError as e:
+    flags_lib.exit_with_error(program, e, status=2)
+
+  # The runtime (multiprocess, shared memory) loads only for a run that
+  # will happen.
+  from agn_jax import runtime  # pylint: disable=g-import-not-at-top
+  existed = os.path.exists(config.workdir)
+
+  with sigterm_as_interrupt():
+    try:
+      _, rows = train_and_report(config, runtime.train, command=command)
+    except KeyboardInterrupt as e:
+      if was_terminated(e):
+        flags_lib.exit_with_error(program, "terminated (SIGTERM); partial "
+                                  f"results in {config.workdir}",
+                                  status=EXIT_TERMINATED)
+      flags_lib.exit_with_error(program, "interrupted; partial results in "
+                                f"{config.workdir}", status=EXIT_INTERRUPTED)
+    except (runtime.RunError, ValueError) as e:
+      # ValueError: the runtime's checks of the config against the data
+      # (e.g. too few examples for the workers) and DataError, its subclass.
+      logging.debug("run failed", exc_info=True)
+      if not existed:
+        remove_if_unstarted(config.workdir)
+      flags_lib.exit_with_error(program, e)
+  print(format_table(rows))
+  print(f"results: {config.workdir}")
+
+
+if __name__ == "__main__":
+  # Flags are defined only when run as a program, so the sweep can import
+  # `train_and_report` and define the grid axes under the same names.
+  flags_lib.define_train_flags()
+  app.run(main, flags_parser=flags_lib.parse_flags_or_exit)

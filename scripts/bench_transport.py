@@ -1,0 +1,134 @@
+"""Benchmark: one commit + pull round trip of the paper MLP's parameters between two processes.
+
+Compares, in the same run with interleaved repetitions, the shared-memory
+transport, a pickled `multiprocess.Queue` round trip, and one in-process numpy
+memcpy of the same bytes. Prints one JSON object.
+
+  python scripts/bench_transport.py [--reps 30] [--num_params 4798010]
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+PAPER_PARAMS = 4_798_010
+
+
+def machine():
+  """A description of the machine the numbers come from."""
+  cpu = platform.processor()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  try:
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+  except (ValueError, OSError):
+    mem_gib = None
+  return {
+      "cpu": cpu, "cores": len(os.sched_getaffinity(0)),
+      "memory_gib": round(mem_gib, 1) if mem_gib else None,
+      "load_average": os.getloadavg(), "python": sys.version.split()[0],
+      "numpy": np.__version__, "platform": platform.platform(),
+  }
+
+
+def _server(transport, requests, replies, reps):
+  """The other process: for each rep, serve one shm commit, then one pickled one."""
+  center = np.zeros(transport.num_params, np.float32)
+  transport.publish(center, 0)
+  for rep in range(reps):
+    header = transport.next_commit(timeout=60)
+    # What the server does with a commit, less the arithmetic: read the slot
+    # into the center and publish it.
+    np.copyto(center, transport.slot(header.slot)[0])
+    transport.free_slot(header.slot)
+    transport.publish(center, rep + 1)
+    transport.acknowledge(header.worker)
+    delta = requests.get()
+    center[:] = delta
+    replies.put(center)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--reps", type=int, default=30)
+  parser.add_argument("--num_params", type=int, default=PAPER_PARAMS)
+  args = parser.parse_args()
+
+  import multiprocess
+  from agn_jax.runtime.transport import CommitHeader, SharedMemoryTransport
+  ctx = multiprocess.get_context("spawn")
+  p = args.num_params
+  transport = SharedMemoryTransport.create(ctx, p, payload_size=1,
+                                           num_slots=2, num_workers=1)
+  requests, replies = ctx.Queue(), ctx.Queue()
+  server = ctx.Process(target=_server,
+                       args=(transport, requests, replies, args.reps + 1))
+  server.start()
+  try:
+    delta = np.random.default_rng(0).normal(size=p).astype(np.float32)
+    pulled = np.empty(p, np.float32)
+    times = {"shm": [], "pickle": [], "memcpy": []}
+    transport.pull(pulled, timeout=60)
+    for rep in range(args.reps + 1):  # Rep 0 warms up every path.
+      t = time.perf_counter()
+      slot = transport.acquire_slot(0, timeout=60)
+      np.copyto(transport.slot(slot)[0], delta)
+      transport.commit(CommitHeader(slot, 0, rep, 0.0, 0.0, 0.0))
+      transport.wait_acknowledged(0, rep + 1, timeout=60)
+      transport.pull(pulled)
+      shm_s = time.perf_counter() - t
+      assert np.array_equal(pulled, delta)
+
+      t = time.perf_counter()
+      requests.put(delta)
+      got = replies.get()
+      pickle_s = time.perf_counter() - t
+      assert got.shape == delta.shape
+
+      t = time.perf_counter()
+      np.copyto(pulled, delta)
+      memcpy_s = time.perf_counter() - t
+      if rep:
+        times["shm"].append(shm_s)
+        times["pickle"].append(pickle_s)
+        times["memcpy"].append(memcpy_s)
+    server.join(60)
+  finally:
+    if server.is_alive():
+      server.terminate()
+      server.join()
+    transport.close()
+    transport.unlink()
+    for q in (requests, replies):
+      q.cancel_join_thread()
+
+  ms = {k: 1000 * float(np.median(v)) for k, v in times.items()}
+  print(json.dumps({
+      "benchmark": "transport_roundtrip",
+      "num_params": p,
+      "megabytes": round(p * 4 / 1e6, 2),
+      "reps": args.reps,
+      "statistic": "median",
+      "shm_roundtrip_ms": round(ms["shm"], 3),
+      "pickle_queue_roundtrip_ms": round(ms["pickle"], 3),
+      "memcpy_ms": round(ms["memcpy"], 3),
+      "pickle_over_shm": round(ms["pickle"] / ms["shm"], 2),
+      "shm_over_memcpy": round(ms["shm"] / ms["memcpy"], 2),
+      "targets": {"pickle_over_shm": ">= 6", "shm_over_memcpy": "<= 5"},
+      "machine": machine(),
+  }, indent=2))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,215 @@
+"""End-to-end tests of `python -m experiments.train` and its flag checking."""
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+from absl import flags
+import numpy as np
+import pytest
+
+from agn_jax.config import TrainConfig
+from experiments import flags as flags_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Small enough to finish in seconds on 2 cores, big enough to learn something.
+TINY = ("--num_workers=2", "--communication_window=4", "--epochs=20",
+        "--hidden_sizes=32", "--eval_every_seconds=0.5")
+
+
+def train(*args, timeout=120):
+  return subprocess.run([sys.executable, "-m", "experiments.train", *args],
+                        cwd=ROOT, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def assert_one_line_error(result):
+  assert result.returncode != 0
+  assert "Traceback" not in result.stderr, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith("train: error:"), lines[0]
+  return lines[0]
+
+
+def snapshot(directory):
+  """{name: bytes} of every file under `directory`."""
+  files = {}
+  for parent, _, names in os.walk(directory):
+    for name in names:
+      path = os.path.join(parent, name)
+      with open(path, "rb") as f:
+        files[os.path.relpath(path, directory)] = f.read()
+  return files
+
+
+def test_config_from_flags_fills_every_field():
+  flag_values = flags.FlagValues()
+  flags_lib.define_train_flags(flag_values)
+  flag_values(["train", "--strategy=aeasgd", "--hidden_sizes=8,4",
+               "--worker_optimizer=sgd", "--rho=2.5", "--platform=cpu",
+               "--max_seconds=30", "--workdir=/tmp/x"])
+  config = flags_lib.config_from_flags(flag_values)
+  assert config == TrainConfig(strategy="aeasgd", hidden_sizes=(8, 4),
+                               worker_optimizer="sgd", rho=2.5,
+                               platform="cpu", max_seconds=30.0,
+                               workdir="/tmp/x")
+  # Every config field has its flag, with the config's default.
+  flag_values = flags.FlagValues()
+  flags_lib.define_train_flags(flag_values)
+  flag_values(["train"])
+  config = flags_lib.config_from_flags(flag_values)
+  defaults = TrainConfig().to_dict()
+  for name, value in config.to_dict().items():
+    assert name in flag_values, name
+    if name != "workdir":
+      assert value == defaults[name], name
+  assert config.workdir.startswith(os.path.join("runs", "agn-n4-l10-"))
+
+
+def test_train_end_to_end(tmp_path):
+  workdir = tmp_path / "run"
+  result = train(*TINY, f"--workdir={workdir}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  for name in ("metrics.jsonl", "summary.json", "config.json", "curves.png",
+               "staleness.png"):
+    assert (workdir / name).is_file(), name
+  config = json.loads((workdir / "config.json").read_text())
+  assert config["num_workers"] == 2
+  assert config["communication_window"] == 4
+  assert list(config["hidden_sizes"]) == [32]
+  assert set(TrainConfig().to_dict()) <= set(config)
+  events = [json.loads(line)
+            for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  commits = [e for e in events if e["event"] == "commit"]
+  evals = [e for e in events if e["event"] == "eval"]
+  assert commits and evals
+  assert {e["worker"] for e in commits} == {0, 1}
+  table = result.stdout
+  for field in ("final test accuracy", "final test loss", "wall time (s)",
+                "commits", "mean staleness", "samples/s"):
+    assert field in table, table
+  accuracy = float(table.split("final test accuracy")[1].split()[0])
+  assert accuracy > 0.5
+
+  # The same workdir again, without --resume: refused, nothing touched.
+  before = snapshot(workdir)
+  line = assert_one_line_error(train(*TINY, f"--workdir={workdir}"))
+  assert "--resume" in line
+  assert snapshot(workdir) == before
+
+
+BAD_FLAGS = {
+    "bad enum": (["--strategy=sgd"], "--strategy"),
+    "bad dataset": (["--dataset=cifar"], "--dataset"),
+    "zero workers": (["--num_workers=0"], "--num_workers"),
+    "not an int": (["--batch_size=3.5"], "--batch_size"),
+    "zero window": (["--communication_window=0"], "--communication_window"),
+    "negative float": (["--learning_rate=-0.1"], "--learning_rate"),
+    "zero epochs": (["--epochs=0"], "--epochs"),
+    "momentum": (["--momentum=1.5"], "--momentum"),
+    "hidden sizes": (["--hidden_sizes=64,,x"], "--hidden_sizes"),
+    "unknown flag": (["--num_worker=4"], "num_worker"),
+    "positional": (["extra"], "extra"),
+    "missing flagfile": (["--flagfile=/nonexistent/x.flags"], "flagfile"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FLAGS))
+def test_bad_flags_are_one_line_errors(tmp_path, case):
+  args, named = BAD_FLAGS[case]
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "summary.json").write_text('{"keep": true}')
+  result = train(*args, f"--workdir={workdir}", "--resume")
+  line = assert_one_line_error(result)
+  assert named in line
+  assert result.returncode == 2
+  assert snapshot(workdir) == {"summary.json": b'{"keep": true}'}
+
+
+def test_bad_flag_inside_flagfile(tmp_path):
+  flagfile = tmp_path / "bad.flags"
+  flagfile.write_text("# a comment\n--num_workers=2\n--no_such_flag=1\n")
+  line = assert_one_line_error(train(f"--flagfile={flagfile}"))
+  assert "no_such_flag" in line and str(flagfile) in line
+  flagfile.write_text("--num_workers=-3\n")
+  line = assert_one_line_error(train(f"--flagfile={flagfile}"))
+  assert "--num_workers" in line and ">= 1" in line
+
+
+def test_shipped_flagfiles_parse():
+  configs = os.path.join(ROOT, "experiments", "configs")
+  names = sorted(os.listdir(configs))
+  assert {"quickstart.flags", "paper_mnist_agn.flags",
+          "paper_mnist_aeasgd.flags", "mnist1d.flags"} <= set(names)
+  for name in names:
+    flag_values = flags.FlagValues()
+    flags_lib.define_train_flags(flag_values)
+    flag_values(["train", f"--flagfile={os.path.join(configs, name)}"])
+    with open(os.path.join(configs, name)) as f:
+      header = f.read()
+    assert f"--flagfile=experiments/configs/{name}" in header, name
+  quickstart = flags.FlagValues()
+  flags_lib.define_train_flags(quickstart)
+  quickstart(["train",
+              f"--flagfile={os.path.join(configs, 'quickstart.flags')}"])
+  config = flags_lib.config_from_flags(quickstart, workdir="x")
+  assert config == TrainConfig(workdir="x")
+
+
+def idx_bytes(array, type_byte=0x08):
+  header = struct.pack(">BBBB", 0, 0, type_byte, array.ndim)
+  header += struct.pack(f">{array.ndim}I", *array.shape)
+  return header + array.astype(">u1").tobytes()
+
+
+def test_corrupt_mnist_is_a_one_line_error(tmp_path):
+  data_dir = tmp_path / "mnist"
+  data_dir.mkdir()
+  images = np.zeros((6, 28, 28), np.uint8)
+  labels = np.arange(6, dtype=np.uint8)
+  (data_dir / "train-images-idx3-ubyte").write_bytes(idx_bytes(images)[:-50])
+  (data_dir / "train-labels-idx1-ubyte").write_bytes(idx_bytes(labels))
+  (data_dir / "t10k-images-idx3-ubyte").write_bytes(idx_bytes(images[:4]))
+  (data_dir / "t10k-labels-idx1-ubyte").write_bytes(b"\x12\x34\x56\x78")
+  workdir = tmp_path / "run"
+  result = train("--dataset=mnist", f"--data_dir={data_dir}",
+                 f"--workdir={workdir}", *TINY)
+  line = assert_one_line_error(result)
+  assert result.returncode == 1
+  assert "idx" in line.lower()
+  # The run never began: no workdir is left behind to block the next try.
+  assert not workdir.exists()
+
+
+def test_sigterm_exits_143(tmp_path):
+  workdir = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", "--num_workers=2",
+       "--epochs=1000", "--hidden_sizes=16", f"--workdir={workdir}"],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    # Terminate once every process is spawned, before training starts: the
+    # slowest phase to clean up, and the test stays short.
+    deadline = time.time() + 60
+    while time.time() < deadline and process.poll() is None:
+      if (workdir / "pids.json").is_file():
+        break
+      time.sleep(0.1)
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+  assert process.returncode == 143, stderr[-3000:]
+  assert "Traceback" not in stderr
+  assert stderr.strip().splitlines()[-1].startswith("train: error: terminated")
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["interrupted"] is True

@@ -1,0 +1,198 @@
+"""End-to-end tests of the runtime: real server, worker and evaluator processes over shared memory."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import numpy as np
+import optax
+import psutil
+import pytest
+
+from agn_jax import TrainConfig, build, data
+from agn_jax.runtime import RunError, train
+from agn_jax.runtime.worker import BatchSampler
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _config(tmp_path, **overrides):
+  values = dict(strategy="agn", num_workers=4, communication_window=10,
+                dataset="digits", hidden_sizes=(64,), batch_size=32,
+                epochs=30.0, learning_rate=3e-3, eval_every_seconds=0.0,
+                workdir=str(tmp_path / "run"))
+  values.update(overrides)
+  return TrainConfig(**values)
+
+
+def _assert_nothing_left(workdir):
+  """No process of the run alive, no segment of the run in /dev/shm."""
+  pids = json.loads((pathlib.Path(workdir) / "pids.json").read_text())
+  for pid in [pids["server"], pids["evaluator"], *pids["workers"]]:
+    if psutil.pid_exists(pid):
+      assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+  for name in pids["shm_segments"]:
+    assert not os.path.exists(f"/dev/shm/{name}"), name
+  children = [
+      c for c in psutil.Process().children(recursive=True)
+      if "resource_tracker" not in " ".join(c.cmdline())
+  ]
+  assert not children, children
+
+
+@pytest.fixture(scope="module")
+def agn_run(tmp_path_factory):
+  tmp_path = tmp_path_factory.mktemp("agn4")
+  events = []
+  summary = train(_config(tmp_path), progress=events.append)
+  return summary, pathlib.Path(tmp_path / "run"), events
+
+
+def test_agn_four_workers_learns_digits(agn_run):
+  summary, _, _ = agn_run
+  assert summary["final_test_accuracy"] >= 0.90
+
+
+def test_server_applied_every_commit_the_workers_made(agn_run):
+  summary, _, _ = agn_run
+  assert summary["rejected_commits"] == 0
+  assert summary["num_commits"] == sum(summary["worker_commits"])
+  assert summary["final_clock"] == summary["num_commits"]
+
+
+def test_staleness_of_homogeneous_workers_is_about_n_minus_one(agn_run):
+  summary, _, _ = agn_run
+  n = summary["num_workers"]
+  assert (n - 1) / 2 <= summary["mean_staleness"] <= 2 * (n - 1)
+
+
+def test_workdir_files_and_progress_events(agn_run):
+  summary, workdir, events = agn_run
+  lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text()
+           .splitlines()]
+  commits = [e for e in lines if e["event"] == "commit"]
+  evals = [e for e in lines if e["event"] == "eval"]
+  assert len(commits) == summary["num_commits"]
+  for key in ("time", "worker", "clock", "staleness", "loss", "accuracy"):
+    assert key in commits[0]
+  assert [c["clock"] for c in commits] == list(range(1, len(commits) + 1))
+  assert evals and evals[-1]["final"]
+  assert evals[-1]["accuracy"] == summary["final_test_accuracy"]
+  assert [e["event"] for e in events] == [
+      e["event"] for e in lines if e["event"] in ("commit", "eval")]
+  on_disk = json.loads((workdir / "summary.json").read_text())
+  for key in ("strategy", "num_workers", "communication_window",
+              "final_test_accuracy", "final_test_loss", "wall_seconds",
+              "num_commits", "mean_staleness", "samples_per_second",
+              "rejected_commits"):
+    assert on_disk[key] == summary[key], key
+  assert on_disk["worker_restarts"] == 0
+  assert on_disk["interrupted"] is False
+  assert on_disk["resumed_from_commit"] is None
+  config = json.loads((workdir / "config.json").read_text())
+  assert config["num_workers"] == 4
+  pids = json.loads((workdir / "pids.json").read_text())
+  assert len(pids["workers"]) == 4 and pids["server"] not in pids["workers"]
+
+
+def test_normal_run_leaves_nothing_behind(agn_run):
+  _assert_nothing_left(agn_run[1])
+
+
+def test_one_worker_agn_equals_lookahead(tmp_path):
+  """1 worker, commit-then-pull, add rule: lookahead(adam, λ, 1/λ), exactly."""
+  lam, batch, windows = 5, 32, 4
+  ds = data.load("digits", seed=0)
+  epochs = (windows * lam * batch + 1) / len(ds.x_train)
+  config = _config(tmp_path, num_workers=1, communication_window=lam,
+                   hidden_sizes=(16,), epochs=epochs, learning_rate=1e-2)
+  summary = train(config)
+  assert summary["num_commits"] == windows
+  center = np.load(tmp_path / "run" / "center.npy", allow_pickle=False)
+
+  model, loss_fn = build.build_model(config, ds.num_classes, ds.input_shape)
+  params = build.initial_center(config, model, ds.x_train.shape[1])
+  tx = optax.lookahead(optax.adam(config.learning_rate), sync_period=lam,
+                       slow_step_size=1 / lam)
+  lookahead = optax.LookaheadParams.init_synced(params)
+  state = tx.init(lookahead)
+  grad_fn = jax.jit(jax.grad(lambda p, b: loss_fn(p, b)[0]))
+  sampler = BatchSampler(len(ds.x_train), np.random.default_rng([0, 0]))
+  for _ in range(windows):
+    idx = sampler.take(lam * batch).reshape(lam, batch)
+    for step in idx:
+      grads = grad_fn(lookahead.fast, (ds.x_train[step], ds.y_train[step]))
+      updates, state = tx.update(grads, state, lookahead)
+      lookahead = optax.apply_updates(lookahead, updates)
+  expected = np.concatenate(
+      [np.ravel(l) for l in jax.tree.leaves(lookahead.slow)])
+  np.testing.assert_allclose(center, expected, rtol=1e-5, atol=1e-6)
+  assert np.abs(center - np.concatenate(
+      [np.ravel(l) for l in jax.tree.leaves(params)])).max() > 1e-3
+
+
+def test_non_finite_commit_is_rejected_and_training_goes_on(
+    tmp_path, monkeypatch):
+  monkeypatch.setenv("AGN_JAX_FAULT", "nan:worker=1:window=1")
+  summary = train(_config(tmp_path, num_workers=2, hidden_sizes=(16,),
+                          epochs=3.0))
+  assert summary["rejected_commits"] == 1
+  assert summary["num_commits"] == sum(summary["worker_commits"]) - 1
+  assert np.isfinite(summary["final_test_loss"])
+  _assert_nothing_left(tmp_path / "run")
+
+
+def test_exception_in_a_worker_ends_the_run_cleanly(tmp_path, monkeypatch):
+  monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=1:window=3")
+  with pytest.raises(RunError, match=r"^worker 1 failed: RuntimeError: "
+                     r"injected fault"):
+    train(_config(tmp_path, num_workers=2, hidden_sizes=(16,), epochs=50.0))
+  _assert_nothing_left(tmp_path / "run")
+
+
+def test_bad_config_fails_before_any_process_starts(tmp_path):
+  with pytest.raises(ValueError, match="less than one communication window"):
+    train(_config(tmp_path, epochs=0.01))
+  assert not (tmp_path / "run" / "pids.json").exists()
+
+
+_INTERRUPTIBLE = textwrap.dedent("""
+    import sys
+    from agn_jax import TrainConfig
+    from agn_jax.runtime import train
+
+    if __name__ == "__main__":
+      train(TrainConfig(num_workers=2, epochs=10000.0, hidden_sizes=(16,),
+                        eval_every_seconds=0.5, workdir=sys.argv[1]))
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_the_launcher_ends_every_process(tmp_path, signum):
+  script = tmp_path / "interruptible.py"
+  script.write_text(_INTERRUPTIBLE)
+  workdir = tmp_path / "run"
+  env = dict(os.environ, PYTHONPATH=str(REPO))
+  env.pop("AGN_JAX_FAULT", None)
+  launcher = subprocess.Popen([sys.executable, str(script), str(workdir)],
+                              env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+  metrics = workdir / "metrics.jsonl"
+  deadline = time.monotonic() + 120
+  while not (metrics.exists() and '"commit"' in metrics.read_text()):
+    assert launcher.poll() is None, launcher.communicate()[1]
+    assert time.monotonic() < deadline
+    time.sleep(0.2)
+  os.kill(launcher.pid, signum)
+  _, stderr = launcher.communicate(timeout=60)
+  assert launcher.returncode != 0
+  assert "KeyboardInterrupt" in stderr
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["interrupted"] is True
+  _assert_nothing_left(workdir)

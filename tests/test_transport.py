@@ -1,0 +1,156 @@
+"""Tests of the shared-memory transport with real processes: snapshots, backpressure, slot reuse."""
+
+import os
+import re
+import stat
+
+import multiprocess
+import numpy as np
+import pytest
+
+from agn_jax.runtime import shm
+from agn_jax.runtime.transport import CommitHeader, SharedMemoryTransport
+
+NUM_PARAMS = 200_000  # Big enough that a copy takes a while.
+
+
+def _publisher(transport, count):
+  center = np.empty(transport.num_params, np.float32)
+  for clock in range(1, count + 1):
+    center.fill(clock)  # Every element says which commit it belongs to.
+    transport.publish(center, clock)
+
+
+def _committer(transport, worker, values):
+  for value in values:
+    slot = transport.acquire_slot(worker, timeout=10)
+    assert slot is not None
+    transport.slot(slot)[:] = value
+    transport.commit(CommitHeader(slot, worker, 0, 0.0, 0.0, 0.0))
+
+
+@pytest.fixture
+def ctx():
+  return multiprocess.get_context("spawn")
+
+
+@pytest.fixture
+def make_transport(ctx):
+  made = []
+
+  def make(**kwargs):
+    t = SharedMemoryTransport.create(ctx, **kwargs)
+    made.append(t)
+    return t
+
+  yield make
+  for t in made:
+    t.close()
+    t.unlink()
+
+
+def test_pull_is_a_consistent_snapshot_under_concurrent_publishes(
+    ctx, make_transport):
+  transport = make_transport(num_params=NUM_PARAMS, payload_size=1,
+                             num_slots=1)
+  transport.publish(np.zeros(NUM_PARAMS, np.float32), 0)
+  writer = ctx.Process(target=_publisher, args=(transport, 3000))
+  writer.start()
+  out = np.empty(NUM_PARAMS, np.float32)
+  clocks = []
+  while writer.is_alive() or not clocks:
+    clock = transport.pull(out)
+    # A torn copy would mix two commits' values.
+    assert out[0] == out[-1] == out.min() == out.max() == clock
+    clocks.append(clock)
+  writer.join()
+  assert writer.exitcode == 0
+  assert clocks == sorted(clocks)  # The clock never goes back.
+  assert len(set(clocks)) > 1  # The reader really raced the writer.
+  assert transport.pull(out) == 3000
+
+
+def test_full_ring_blocks_until_a_slot_is_freed(make_transport):
+  transport = make_transport(num_params=4, payload_size=2, num_slots=2)
+  a = transport.acquire_slot(worker=0, timeout=1)
+  b = transport.acquire_slot(worker=1, timeout=1)
+  assert {a, b} == {0, 1}
+  assert transport.acquire_slot(worker=2, timeout=0.2) is None  # Backpressure.
+  assert list(transport.slot_owners()) == [0, 1] if a == 0 else [1, 0]
+  transport.free_slot(b)
+  assert transport.acquire_slot(worker=2, timeout=1) == b  # Reused.
+
+
+def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
+  transport = make_transport(num_params=1000, payload_size=2, num_slots=2)
+  values = [float(v) for v in range(1, 11)]
+  child = ctx.Process(target=_committer, args=(transport, 7, values))
+  child.start()
+  seen, slots = [], set()
+  for _ in values:
+    header = transport.next_commit(timeout=30)
+    assert header is not None and header.worker == 7
+    payload = transport.slot(header.slot)
+    assert payload.shape == (2, 1000)
+    assert np.all(payload == payload[0, 0])
+    seen.append(float(payload[0, 0]))
+    slots.add(header.slot)
+    transport.free_slot(header.slot)
+  child.join()
+  assert child.exitcode == 0
+  assert seen == values  # FIFO, and a 2-slot ring carried 10 commits.
+  assert slots <= {0, 1}
+
+
+def test_pull_waits_for_the_first_publish(make_transport):
+  transport = make_transport(num_params=3, payload_size=1, num_slots=1)
+  with pytest.raises(TimeoutError):
+    transport.pull(np.empty(3, np.float32), timeout=0.05)
+
+
+def test_segments_are_private_unguessable_and_unlinked(ctx):
+  transport = SharedMemoryTransport.create(ctx, num_params=10, payload_size=1,
+                                           num_slots=1)
+  names = transport.names
+  for name in names:
+    assert re.fullmatch(r"agn_[0-9a-f]{16}", name)
+    mode = stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode)
+    assert mode == 0o600
+  transport.close()
+  transport.unlink()
+  for name in names:
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_shared_arrays_are_read_only_views():
+  shared = shm.SharedArrays.create({"x": np.arange(6, dtype=np.float32)})
+  try:
+    view = shared.arrays()["x"]
+    np.testing.assert_array_equal(view, np.arange(6))
+    with pytest.raises(ValueError):
+      view[0] = 1.0
+  finally:
+    shared.close()
+    shared.unlink()
+  assert not os.path.exists(f"/dev/shm/{shared.name}")
+
+
+def test_create_refuses_an_existing_name():
+  seg = shm.Segment.create(16, track=False)
+  try:
+    with pytest.raises(FileExistsError):
+      shm.Segment.create(16, name=seg.name, track=False)
+  finally:
+    seg.close()
+    seg.unlink()
+
+
+def test_a_worker_can_wait_until_its_commits_are_handled(make_transport):
+  transport = make_transport(num_params=4, payload_size=1, num_slots=1,
+                             num_workers=2)
+  assert transport.wait_acknowledged(1, 0, timeout=0)
+  assert not transport.wait_acknowledged(1, 1, timeout=0.05)
+  transport.acknowledge(0)  # Another worker's commit does not count.
+  assert not transport.wait_acknowledged(1, 1, timeout=0.05)
+  transport.acknowledge(1)
+  assert transport.wait_acknowledged(1, 1, timeout=1)
