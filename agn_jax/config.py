@@ -50,8 +50,8 @@ class TrainConfig:
   data_dir: Optional[str] = None
   dataset_size: Optional[int] = None
   model: str = "mlp"
-  hidden_sizes: Tuple[int, ...] = (64, 32)
-  batch_size: int = 32
+  hidden_sizes: Tuple[int, ...] = (256, 128)
+  batch_size: int = 16
   epochs: float = 40.0
   worker_optimizer: str = "adam"
   learning_rate: float = 1e-3

@@ -27,16 +27,16 @@ The inputs are random (no download). One JSON object goes to stdout.
 
 With `--diagnose` both setups also time
 * `scan_plain`: the window kernel with plain `optax.adam` (scan cost, no AGN),
-* `agn_select`: AGN with the `lax.cond` replaced by `jnp.where` selects,
-* `agn_while`: AGN with the commit in a 0-or-1-trip `lax.while_loop` instead of
-  `lax.cond` (bit-identical; no per-step copies of anchor and delta),
+* `agn_select`: AGN with the commit as `jnp.where` selects on every step,
+* `agn_cond`: AGN with the commit in a `lax.cond` (what `transform.agn` did
+  before it moved the commit into a 0-or-1-trip `lax.while_loop`: the cond
+  copies anchor and delta on every local step),
 so that `agn` vs `plain` can be split into scan cost and AGN cost.
 """
 
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -50,6 +50,7 @@ import optax
 
 from agn_jax import transform
 from agn_jax.kernel import window_kernel
+from bench_transport import machine  # pylint: disable=g-import-not-at-top
 
 PAPER_PARAMS = 4_798_010
 
@@ -119,14 +120,14 @@ def _agn_select(inner, window):
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-def _agn_while(inner, window):
-  """AGN ("window" normalization) with the commit in a 0-or-1-trip while_loop.
+def _agn_cond(inner, window):
+  """AGN ("window" normalization) with the commit in a `lax.cond`.
 
-  A diagnostic copy of `transform.agn`, bit-identical to it. Inside the
+  A diagnostic copy of the first version of `transform.agn`. Inside the
   kernel's scan, `lax.cond` makes XLA copy the anchor and delta that the local
   branch passes through (and the anchor again in the scan body): three
-  parameter-sized copies on every local step. A `while_loop` updates its carry
-  in place, so a local step copies nothing and the commit (1 step in λ) pays.
+  parameter-sized copies on every local step. `transform.agn` therefore runs
+  the commit in a 0-or-1-trip `while_loop`, which updates its carry in place.
   """
 
   def init_fn(params):
@@ -138,17 +139,16 @@ def _agn_while(inner, window):
     updates, inner_state = inner.update(updates, state.inner_state, params)
     commit_now = state.count == window - 1
 
-    def commit(carry):
-      _, updates, anchor, _ = carry
+    def commit(_):
       delta = jax.tree.map(lambda p, u, c: (p + u - c) / window, params,
-                           updates, anchor)
-      center = jax.tree.map(lambda c, d: c + d, anchor, delta)
-      to_center = jax.tree.map(lambda c, p: c - p, center, params)
-      return jnp.zeros_like(commit_now), to_center, center, delta
+                           updates, state.anchor)
+      center = jax.tree.map(lambda c, d: c + d, state.anchor, delta)
+      return jax.tree.map(lambda c, p: c - p, center, params), center, delta
 
-    _, updates, anchor, delta = jax.lax.while_loop(
-        lambda carry: carry[0], commit,
-        (commit_now, updates, state.anchor, state.delta))
+    def local(_):
+      return updates, state.anchor, state.delta
+
+    updates, anchor, delta = jax.lax.cond(commit_now, commit, local, None)
     count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
     return updates, transform.AGNState(inner_state, anchor, count, delta)
 
@@ -232,8 +232,8 @@ def _runners(loss_fn, params, batches, args):
     runners["scan_plain"] = _KernelRunner(loss_fn, adam(), params, batches)
     runners["agn_select"] = _KernelRunner(loss_fn, _agn_select(adam(), lam),
                                           params, batches)
-    runners["agn_while"] = _KernelRunner(loss_fn, _agn_while(adam(), lam),
-                                         params, batches)
+    runners["agn_cond"] = _KernelRunner(loss_fn, _agn_cond(adam(), lam),
+                                        params, batches)
   return runners
 
 
@@ -246,27 +246,14 @@ def _setup(hidden, input_dim, batch, lam, seed):
 
 
 def _machine():
-  cpu_model = None
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          cpu_model = line.split(":", 1)[1].strip()
-          break
-  except OSError:
-    pass
   dev = jax.devices()[0]
-  return {
-      "platform": platform.platform(),
-      "python": platform.python_version(),
-      "cpu_count": os.cpu_count(),
-      "cpu_model": cpu_model,
-      "jax_version": jax.__version__,
-      "optax_version": optax.__version__,
-      "jax_backend": jax.default_backend(),
-      "device_kind": dev.device_kind,
-      "device_count": jax.device_count(),
-  }
+  return dict(
+      machine(),
+      jax_version=jax.__version__,
+      optax_version=optax.__version__,
+      jax_backend=jax.default_backend(),
+      device_kind=dev.device_kind,
+      device_count=jax.device_count())
 
 
 def main(argv=None):
@@ -283,7 +270,7 @@ def main(argv=None):
   p.add_argument("--skip_small", action="store_true")
   p.add_argument("--skip_paper", action="store_true")
   p.add_argument("--diagnose", action="store_true",
-                 help="also time scan_plain, agn_select, agn_while")
+                 help="also time scan_plain, agn_select, agn_cond")
   p.add_argument("--raw", action="store_true", help="include per-rep times")
   p.add_argument("--seed", type=int, default=0)
   args = p.parse_args(argv)
