@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_transport import machine  # pylint: disable=g-import-not-at-top
 
 HIDDEN = (1000, 2000, 1000)

@@ -16,6 +16,9 @@ import time
 
 import numpy as np
 
+# Runnable as `python scripts/bench_transport.py` from the repository root.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 PAPER_PARAMS = 4_798_010
 
 
