@@ -117,3 +117,57 @@ def restore(directory: str) -> Checkpoint:
   leaves = [np.asarray(server[k]) for k in sorted(server)]
   return Checkpoint(int(step), np.asarray(state["center"], np.float32), leaves,
                     meta)
+
+
+# The config fields a resumed run must share with the checkpoint: they fix
+# the parameter layout (model, hidden_sizes, dataset), the server state
+# (strategy, server_optimizer), and what each worker's saved progress means
+# (dataset, dataset_size, seed, num_workers, communication_window,
+# batch_size). Everything else (epochs, learning rates, timers, restarts,
+# platform, data_dir) may change between sessions, e.g. to train longer.
+RESUME_MUST_MATCH = ("strategy", "model", "hidden_sizes", "dataset",
+                     "dataset_size", "seed", "num_workers",
+                     "communication_window", "batch_size", "server_optimizer")
+
+
+def _shapes(pairs):
+  return [[[int(d) for d in shape], str(np.dtype(dtype).str)]
+          for shape, dtype in pairs]
+
+
+def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
+                    server_leaves) -> None:
+  """Raises CheckpointError (one line) unless `ckpt` can continue the run `config` describes.
+
+  Args:
+    ckpt: the restored checkpoint.
+    config: the new run's `TrainConfig.to_dict()`.
+    layout: the new run's parameter layout (`FlatLayout.metadata()`).
+    server_leaves: the new run's server-state leaves (or their shapes).
+  """
+  saved = ckpt.meta.get("config")
+  if not isinstance(saved, dict):
+    raise CheckpointError(f"checkpoint {ckpt.step} records no config")
+  differ = [k for k in RESUME_MUST_MATCH if saved.get(k) != config.get(k)]
+  if differ:
+    was = ", ".join(f"{k}={saved.get(k)!r}" for k in differ)
+    now = ", ".join(f"{k}={config.get(k)!r}" for k in differ)
+    raise CheckpointError(
+        f"the checkpoint is of a different run ({was}; this run has {now}); "
+        f"these must match to resume: {', '.join(RESUME_MUST_MATCH)}")
+  num_params = sum(int(np.prod(s, dtype=np.int64)) for s, _ in layout)
+  if (ckpt.center.shape != (num_params,) or
+      _shapes(ckpt.meta.get("layout", [])) != _shapes(layout)):
+    raise CheckpointError(
+        f"the checkpoint holds a different model ({ckpt.center.size} "
+        f"parameters; this run's model has {num_params})")
+  expected = _shapes((np.shape(x), x.dtype) for x in server_leaves)
+  if _shapes((x.shape, x.dtype) for x in ckpt.server_leaves) != expected:
+    raise CheckpointError(
+        f"the checkpoint's server state ({len(ckpt.server_leaves)} arrays) "
+        f"does not fit this run's ({len(expected)} arrays)")
+  progress = ckpt.meta.get("worker_commits")
+  if (not isinstance(progress, list) or len(progress) != config["num_workers"]
+      or not all(isinstance(c, int) and c >= 0 for c in progress)):
+    raise CheckpointError(f"checkpoint {ckpt.step} records no valid "
+                          "per-worker progress")

@@ -159,7 +159,9 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
            "Seconds between checkpoints; 0 or less: only at the end.",
            lambda v: v is not None, "a number")
   integer("max_worker_restarts", d.max_worker_restarts,
-          "How often a dead worker is restarted before the run fails.",
+          "How many times dead workers are restarted, in total over all "
+          "workers of one run (or of one --resume session), before the run "
+          "fails.",
           lambda v: v is not None and v >= 0, "an integer >= 0")
   if "resume" not in skip:
     flags.DEFINE_bool("resume", d.resume,

@@ -144,15 +144,28 @@ def test_non_finite_commit_is_rejected_and_training_goes_on(
                           epochs=3.0))
   assert summary["rejected_commits"] == 1
   assert summary["num_commits"] == sum(summary["worker_commits"]) - 1
+  assert summary["commits_acknowledged"] == sum(summary["worker_commits"])
   assert np.isfinite(summary["final_test_loss"])
+  center = np.load(tmp_path / "run" / "center.npy", allow_pickle=False)
+  assert np.isfinite(center).all()
+  # The worker pulled again and went on committing after the rejection.
+  lines = [json.loads(l) for l in
+           (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  rejected = next(i for i, e in enumerate(lines) if e["event"] == "rejected")
+  assert lines[rejected]["worker"] == 1
+  assert any(e["event"] == "commit" and e["worker"] == 1
+             for e in lines[rejected + 1:])
   _assert_nothing_left(tmp_path / "run")
 
 
-def test_exception_in_a_worker_ends_the_run_cleanly(tmp_path, monkeypatch):
+def test_exception_in_a_worker_without_restarts_ends_the_run_cleanly(
+    tmp_path, monkeypatch):
   monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=1:window=3")
   with pytest.raises(RunError, match=r"^worker 1 failed: RuntimeError: "
-                     r"injected fault"):
-    train(_config(tmp_path, num_workers=2, hidden_sizes=(16,), epochs=50.0))
+                     r"injected fault .*no restarts left "
+                     r"\(--max_worker_restarts=0\)$"):
+    train(_config(tmp_path, num_workers=2, hidden_sizes=(16,), epochs=50.0,
+                  max_worker_restarts=0))
   _assert_nothing_left(tmp_path / "run")
 
 

@@ -20,8 +20,12 @@ class RunContext(NamedTuple):
     config: `TrainConfig.to_dict()` (every process rebuilds the same parts).
     data: the `SharedArrays` with x_train, y_train, x_test, y_test.
     transport: the `Transport` to the center and the commit ring.
-    events: queue of `(kind, dict)` events to the launcher.
-    stop: event the launcher sets to end the run early.
+    events: queue of `(kind, dict)` events to the launcher (server and
+      evaluator; each worker gets its own `EventPipe` instead).
+    flags: the run's `shm.Flags`: `stop` (workers finish their window and
+      report done), `abort` (everyone leaves now), `go` (every worker is
+      ready: start training), `compiled` (worker 0 filled the compilation
+      cache), `final` (evaluate the final center and exit).
     layout: the parameters' shapes and dtypes (`FlatLayout.metadata()`).
     num_classes: of the dataset.
     input_shape: of one example.
@@ -32,12 +36,29 @@ class RunContext(NamedTuple):
   data: Any
   transport: Any
   events: Any
-  stop: Any
+  flags: Any
   layout: Sequence
   num_classes: int
   input_shape: Tuple[int, ...]
   cache_dir: Optional[str]
   parent_pid: int
+
+
+FLAG_NAMES = ("stop", "abort", "go", "compiled", "final")
+
+
+class EventPipe:
+  """A worker's own channel to the launcher, with the `put` of a queue.
+
+  One writer per pipe, and no lock: a worker killed mid-message cannot block
+  anyone else, unlike a `multiprocessing.Queue` shared by all workers.
+  """
+
+  def __init__(self, connection):
+    self._connection = connection
+
+  def put(self, item) -> None:
+    self._connection.send(item)
 
 
 def enter(placement: placement_lib.Placement) -> None:
@@ -115,13 +136,16 @@ def param_layout(model, config, input_shape):
 class Fault(NamedTuple):
   """A test hook: make a real worker fail at a given window.
 
-  Read from `AGN_JAX_FAULT="kind:worker=W:window=K"`, kind one of `raise`
-  (raise an exception), `exit` (die without a word, as a crash would) or
-  `nan` (commit a non-finite delta once).
+  Read from `AGN_JAX_FAULT="kind:worker=W:window=K[:incarnations=I]"`, kind
+  one of `raise` (raise an exception), `exit` (die without a word, as a
+  crash would) or `nan` (commit a non-finite delta once). Window K counts
+  over the worker's whole share; the fault strikes in the first I
+  incarnations of the worker (default 1: a restarted worker runs clean).
   """
   kind: str
   worker: int
   window: int
+  incarnations: int = 1
 
 
 def parse_fault(spec: Optional[str]) -> Optional[Fault]:
@@ -129,13 +153,16 @@ def parse_fault(spec: Optional[str]) -> Optional[Fault]:
 
   Example:
     >>> parse_fault("raise:worker=1:window=3")
-    Fault(kind='raise', worker=1, window=3)
+    Fault(kind='raise', worker=1, window=3, incarnations=1)
   """
   if not spec:
     return None
   kind, *fields = spec.split(":")
   values = dict(f.split("=", 1) for f in fields)
-  if kind not in ("raise", "exit", "nan") or set(values) != {"worker", "window"}:
-    raise ValueError(f"AGN_JAX_FAULT must look like "
-                     f"'raise|exit|nan:worker=W:window=K', got {spec!r}")
-  return Fault(kind, int(values["worker"]), int(values["window"]))
+  if (kind not in ("raise", "exit", "nan") or
+      not {"worker", "window"} <= set(values) <=
+      {"worker", "window", "incarnations"}):
+    raise ValueError(f"AGN_JAX_FAULT must look like 'raise|exit|nan:worker=W"
+                     f":window=K[:incarnations=I]', got {spec!r}")
+  return Fault(kind, int(values["worker"]), int(values["window"]),
+               int(values.get("incarnations", 1)))

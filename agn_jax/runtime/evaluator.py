@@ -11,17 +11,17 @@ import numpy as np
 from agn_jax.runtime import _child
 
 
-def evaluator_main(ctx: _child.RunContext, placement, final) -> None:
-  """Entry point of the evaluator; `final` is the launcher's "evaluate now and exit" event."""
+def evaluator_main(ctx: _child.RunContext, placement) -> None:
+  """Entry point of the evaluator; the `final` flag means "evaluate now and exit"."""
   _child.enter(placement)
   try:
-    _evaluate_loop(ctx, final)
+    _evaluate_loop(ctx)
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, "evaluator", e)
     raise SystemExit(1)
 
 
-def _evaluate_loop(ctx, final):
+def _evaluate_loop(ctx):
   jax = _child.configure_jax(ctx.cache_dir)
   from agn_jax import models
   config, _, model, _, layout = _child.build_parts(ctx)
@@ -49,10 +49,10 @@ def _evaluate_loop(ctx, final):
   next_time = time.monotonic() + (period or 0)
   while True:
     wait = max(0.0, next_time - time.monotonic()) if period > 0 else 0.5
-    if final.wait(min(wait, 0.5)):
+    if ctx.flags.wait("final", min(wait, 0.5)):
       evaluate(True)
       return
-    if not _child.parent_alive(ctx):
+    if not _child.parent_alive(ctx) or ctx.flags.is_set("abort"):
       return
     if period > 0 and time.monotonic() >= next_time:
       evaluate(False)

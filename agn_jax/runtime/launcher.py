@@ -1,8 +1,9 @@
-"""`train()`: spawns the server, the workers and the evaluator, supervises them, shuts down, writes results.
+"""`train()`: spawns the server, the workers and the evaluator, supervises them, restarts dead workers, shuts down, writes results.
 
 The launcher itself never starts a JAX backend (that would claim accelerator
-memory the workers need); it only traces shapes. Every shared-memory segment
-is created and unlinked here, so nothing outlives the run.
+memory the workers need); it only traces shapes, and the server restores
+checkpoints. Every shared-memory segment is created and unlinked here, so
+nothing outlives the run.
 """
 
 import contextlib
@@ -12,29 +13,36 @@ import pathlib
 import signal
 import threading
 import time
-import traceback
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from agn_jax.checkpoint import CheckpointError
 from agn_jax.config import TrainConfig
 from agn_jax.runtime import _child
 from agn_jax.runtime import placement as placement_lib
 from agn_jax.runtime import shm
 from agn_jax.runtime.evaluator import evaluator_main
 from agn_jax.runtime.server import server_main
-from agn_jax.runtime.transport import SharedMemoryTransport
+from agn_jax.runtime.transport import SharedMemoryTransport, WorkerDone
 from agn_jax.runtime.worker import windows_per_worker, worker_main
 
 Progress = Callable[[Dict[str, object]], None]
 
 MAX_SLOTS = 8  # Enough to keep the server busy; bounded so workers feel backpressure.
-_GRACE_SECONDS = 3.0
+_GRACE_SECONDS = 1.5  # Children poll the abort flag at least every 0.2 s.
+# After Ctrl-C / SIGTERM: time for the workers' last windows, the final
+# checkpoint and evaluation, so that the whole run ends within 10 s.
+_WIND_DOWN_SECONDS = 5.0
 _SPAWN_LOCK = threading.Lock()
 
 
 class RunError(RuntimeError):
   """A process of the run failed; the message is one line naming it and the cause."""
+
+
+def _resume_error(workdir, message) -> CheckpointError:
+  return CheckpointError(f"cannot resume from {workdir}: {message}")
 
 
 def cache_dir_default() -> str:
@@ -80,6 +88,10 @@ def _check_config(config: TrainConfig) -> None:
     value = getattr(config, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+  restarts = config.max_worker_restarts
+  if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+    raise ValueError(f"max_worker_restarts must be an integer >= 0, got "
+                     f"{restarts!r}")
   if not config.epochs > 0:
     raise ValueError(f"epochs must be > 0, got {config.epochs!r}")
   if config.platform not in (None,) + placement_lib.PLATFORMS:
@@ -88,8 +100,17 @@ def _check_config(config: TrainConfig) -> None:
   if config.max_seconds is not None and not config.max_seconds > 0:
     raise ValueError(f"max_seconds must be > 0 or None, got "
                      f"{config.max_seconds!r}")
-  if config.resume:
-    raise ValueError("resume is not supported by this runtime yet")
+
+
+def _check_resume_dir(workdir: pathlib.Path) -> None:
+  """Cheap checks before anything starts; the server reads and checks the checkpoint itself."""
+  if not workdir.is_dir():
+    raise _resume_error(workdir, "no such directory")
+  directory = workdir / "checkpoints"
+  steps = [p for p in directory.iterdir() if p.name.isdigit()
+          ] if directory.is_dir() else []
+  if not steps:
+    raise _resume_error(workdir, f"no checkpoint in {directory}")
 
 
 def train(config: TrainConfig,
@@ -100,11 +121,30 @@ def train(config: TrainConfig,
           dataset=None) -> Dict[str, object]:
   """Trains with one server process and `config.num_workers` worker processes.
 
-  Writes `config.json`, `pids.json`, `metrics.jsonl` and `summary.json` to
-  `config.workdir`. Every process ends and every shared-memory segment is
-  unlinked however the run ends: normally, by an exception in any process
-  (raised here as `RunError`), or by Ctrl-C / SIGTERM (re-raised as
-  `KeyboardInterrupt` after `summary.json` is written with `interrupted`).
+  Writes `config.json`, `pids.json`, `metrics.jsonl`, `summary.json`,
+  `center.npy` and `checkpoints/` to `config.workdir`. Every process ends and
+  every shared-memory segment is unlinked however the run ends: normally, by
+  a failure (raised here as `RunError`), or by Ctrl-C / SIGTERM (re-raised as
+  `KeyboardInterrupt` after a final checkpoint and `summary.json` with
+  `interrupted`).
+
+  Reliability:
+    * A worker that dies (killed, out of memory, an exception) is restarted
+      with a fresh pull and the rest of its data share; at most
+      `config.max_worker_restarts` restarts in total per run (over all
+      workers, counted anew by each `--resume` session). One more death ends
+      the run with `RunError`. A slot the dead worker had acquired but not
+      committed is reclaimed; a commit it had queued is complete and applied,
+      so commits applied + rejected == commits the workers made, exactly.
+    * The server checkpoints the center, its state, the commit count, each
+      worker's progress and the position in metrics.jsonl every
+      `config.checkpoint_every_seconds` and at the end.
+    * `config.resume` continues the run in `config.workdir` from its newest
+      checkpoint: the clock continues, metrics.jsonl is cut back to the
+      checkpoint and appended to, each worker continues its share. A missing,
+      corrupt or incompatible checkpoint (see
+      `agn_jax.checkpoint.RESUME_MUST_MATCH`) raises `CheckpointError`
+      before any file is written.
 
   Args:
     config: the run.
@@ -121,6 +161,7 @@ def train(config: TrainConfig,
 
   Raises:
     ValueError: a bad config (before any process starts).
+    CheckpointError: (a ValueError) `config.resume` cannot resume.
     RunError: a process failed.
 
   Example:
@@ -158,7 +199,11 @@ class _Run:
     self.data = None
     self.transport = None
     self.events = None
+    self.flags = None
+    self.replies = None
     self.processes: Dict[str, object] = {}  # role -> Process
+    self.live: Dict[object, str] = {}  # sentinel -> role, of running processes
+    self.worker_pipes: Dict[int, object] = {}  # worker -> its events' reader
     self.metrics_file = None
     # What the events tell.
     self.staleness: List[int] = []
@@ -167,9 +212,15 @@ class _Run:
     self.worker_timelines: Dict[int, dict] = {}
     self.timeline: Dict[str, float] = {}
     self.worker_done: Dict[int, dict] = {}
+    self.worker_errors: Dict[int, str] = {}
+    self.incarnations: Dict[int, int] = {}
+    self.previous_pids: List[int] = []
+    self.restarts = 0
+    self.restored = None
     self.server_done = None
     self.last_eval = None
     self.final_eval = None
+    self.last_checkpoint = None
     self.rejected = 0
     self.expected_commits = None
 
@@ -185,8 +236,17 @@ class _Run:
       self._save_center()
       return self._write_summary(interrupted=False)
     except KeyboardInterrupt:
+      # Let the workers commit their last window and the server write its
+      # final checkpoint; a second interrupt (or the deadline) cuts it short.
+      try:
+        if self.flags is not None and self.metrics_file is not None:
+          self.flags.set("stop")
+          self._supervise(deadline=time.monotonic() + _WIND_DOWN_SECONDS)
+      except (KeyboardInterrupt, RunError):
+        pass
       self._shutdown()
-      self._write_summary(interrupted=True)
+      if self.metrics_file is not None:  # Only once this run owns the files.
+        self._write_summary(interrupted=True)
       raise
     finally:
       self._shutdown()
@@ -194,8 +254,8 @@ class _Run:
   def _prepare(self):
     from agn_jax import build, data
     config = self.config
-    self.workdir.mkdir(parents=True, exist_ok=True)
-    _write_json(self.workdir / "config.json", config.to_dict())
+    if config.resume:
+      _check_resume_dir(self.workdir)
     dataset = self.dataset or data.load(config.dataset, config.data_dir,
                                         size=config.dataset_size,
                                         seed=config.seed)
@@ -239,19 +299,34 @@ class _Run:
     slots = self.num_slots or min(n, MAX_SLOTS)
     self.transport = SharedMemoryTransport.create(
         self.mp, layout.num_params, len(strategy.payload), slots, n)
+    self.num_slots_used = slots
+    self.flags = shm.Flags.create(_child.FLAG_NAMES)
+    # Only the server and the evaluator write here; each worker has a pipe.
     self.events = self.mp.Queue()
-    self.stop = self.mp.Event()
-    self.final = self.mp.Event()
-    self.compiled = self.mp.Event()
     if self.cache_dir:
       os.makedirs(os.path.expanduser(self.cache_dir), exist_ok=True)
     self.ctx = _child.RunContext(
         config=config.to_dict(), data=self.data, transport=self.transport,
-        events=self.events, stop=self.stop, layout=layout.metadata(),
+        events=self.events, flags=self.flags, layout=layout.metadata(),
         num_classes=dataset.num_classes,
         input_shape=tuple(dataset.input_shape), cache_dir=self.cache_dir,
         parent_pid=os.getpid())
-    self.metrics_file = open(self.workdir / "metrics.jsonl", "w")
+    if not config.resume:
+      self._open_files(None)
+
+  def _open_files(self, metrics_offset: Optional[int]):
+    """Writes config.json and opens metrics.jsonl: from here on the workdir is this run's."""
+    self.workdir.mkdir(parents=True, exist_ok=True)
+    _write_json(self.workdir / "config.json", self.config.to_dict())
+    path = self.workdir / "metrics.jsonl"
+    if self.config.resume:
+      # Events after the checkpoint happen again in this session.
+      if (metrics_offset is not None and path.exists() and
+          metrics_offset <= path.stat().st_size):
+        os.truncate(path, metrics_offset)
+      self.metrics_file = open(path, "a")
+    else:
+      self.metrics_file = open(path, "w")
 
   def _start(self, role, placement, target, *args):
     process = self.mp.Process(target=target, args=(self.ctx, *args),
@@ -259,65 +334,146 @@ class _Run:
     with _spawn_environment(placement):
       process.start()
     self.processes[role] = process
+    self.live[process.sentinel] = role
+
+  def _start_worker(self, w):
+    reader, writer = self.mp.Pipe(duplex=False)
+    self._start(f"worker {w}", self.worker_placements[w], worker_main, w,
+                self.worker_placements[w], writer,
+                self.incarnations.setdefault(w, 0))
+    writer.close()  # The child holds its own copy; EOF once it is gone.
+    self.worker_pipes[w] = reader
 
   def _spawn(self):
+    replies, self.replies = self.mp.Pipe(duplex=False)
     self._start("server", self.host_placement, server_main,
-                self.host_placement)
+                self.host_placement, replies, self.config.resume)
+    replies.close()
+    if self.config.resume:
+      self._await_restore()
     self._start("evaluator", self.host_placement, evaluator_main,
-                self.host_placement, self.final)
-    for i, placement in enumerate(self.worker_placements):
-      self._start(f"worker {i}", placement, worker_main, i, placement,
-                  self.compiled)
+                self.host_placement)
+    for w in range(self.config.num_workers):
+      self._start_worker(w)
+    self._write_pids()
+
+  def _await_restore(self):
+    """Waits until the server has read and checked the checkpoint, then takes over the workdir."""
+    from multiprocess import connection
+    reader = self.events._reader  # pylint: disable=protected-access
+    while self.restored is None:
+      ready = connection.wait([reader] + list(self.live), 0.5)
+      self._drain_events()
+      for sentinel in ready:
+        if sentinel in self.live and self.restored is None:
+          self._on_exit(self.live.pop(sentinel))
+          raise RunError("server exited before restoring the checkpoint")
+    self._open_files(self.restored["metrics_offset"])
+
+  def _write_pids(self):
+    n = self.config.num_workers
     _write_json(self.workdir / "pids.json", {
         "server": self.processes["server"].pid,
         "evaluator": self.processes["evaluator"].pid,
-        "workers": [
-            self.processes[f"worker {i}"].pid
-            for i in range(self.config.num_workers)
-        ],
+        "workers": [self.processes[f"worker {i}"].pid for i in range(n)],
+        "restarted_workers": self.previous_pids,  # Dead, replaced ones.
         # For leak checks: these names must be gone from /dev/shm at the end.
-        "shm_segments": [*self.transport.names, self.data.name],
+        "shm_segments": [*self.transport.names, self.data.name,
+                         self.flags.name],
     })
 
-  def _supervise(self):
-    """Waits on events and process sentinels until the final evaluation.
+  def _supervise(self, deadline: Optional[float] = None):
+    """Waits on events and process sentinels until the final evaluation (or `deadline`).
 
-    Restarts (a dead worker's sentinel → free its slots, respawn it with the
-    rest of its share) and periodic checkpoints slot into this loop.
+    A dead worker's sentinel leads to a restart (`_on_exit`); the server's
+    final checkpoint leads to the final evaluation.
     """
     from multiprocess import connection
     config = self.config
-    live = {p.sentinel: role for role, p in self.processes.items()}
     reader = self.events._reader  # pylint: disable=protected-access
     while self.final_eval is None:
       timeout = 0.5
-      if config.max_seconds and not self.stop.is_set():
+      if deadline is not None:
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+          return
+      if config.max_seconds and not self.flags.is_set("stop"):
         remaining = config.max_seconds - (time.time() - self.t0)
         if remaining <= 0:
-          self.stop.set()  # Workers finish their window and report done.
+          self.flags.set("stop")  # Workers finish their window and report done.
         timeout = max(0.0, min(timeout, remaining))
-      ready = connection.wait([reader] + list(live), timeout)
+      pipes = {r: w for w, r in self.worker_pipes.items()}
+      ready = connection.wait([reader] + list(pipes) + list(self.live),
+                              min(timeout, 0.5))
       self._drain_events()
+      for r in ready:
+        if r in pipes:
+          self._drain_pipe(pipes[r])
       for sentinel in ready:
-        if sentinel in live:
-          role = live.pop(sentinel)
-          self._on_exit(role)
-      if self.server_done is not None and not self.final.is_set():
-        self.final.set()  # The center is final: evaluate it once more.
+        if sentinel in self.live:
+          self._on_exit(self.live.pop(sentinel))
+      if (not self.flags.is_set("go") and
+          len(self.ready) == config.num_workers):
+        self.flags.set("go")  # The start barrier: every worker is compiled.
+      if self.server_done is not None and not self.flags.is_set("final"):
+        self.flags.set("final")  # The center is final: evaluate it once more.
 
   def _on_exit(self, role):
     process = self.processes[role]
     process.join()
     self._drain_events()  # Its last words (an error report) come first.
-    expected = (role.startswith("worker") or
-                (role == "server" and self.server_done is not None) or
-                (role == "evaluator" and self.final_eval is not None))
-    if process.exitcode == 0 and expected:
-      return
     code = process.exitcode
-    cause = (f"killed by signal {-code}" if code is not None and code < 0 else
-             f"exited with code {code}")
-    raise RunError(f"{role} {cause}")
+    if role.startswith("worker"):
+      return self._on_worker_exit(int(role.split()[1]), code)
+    expected = ((role == "server" and self.server_done is not None) or
+                (role == "evaluator" and self.final_eval is not None))
+    if code == 0 and expected:
+      return
+    raise RunError(f"{role} {_cause(code)}")
+
+  def _on_worker_exit(self, w, code):
+    """Restarts a dead worker with the rest of its share, within the run's budget."""
+    self._drain_pipe(w, to_end=True)
+    if code == 0 and w in self.worker_done:
+      return  # Its share is done.
+    error = self.worker_errors.pop(w, None)
+    cause = f"failed: {error}" if error else _cause(code)
+    if self.transport.is_done(w):
+      return  # It died after finishing its share: nothing to redo.
+    self.transport.reclaim(w)  # A slot it was filling; its queued one stays.
+    if self.flags.is_set("stop"):
+      # Winding down: no restart; the server must not wait for this worker.
+      acked = self.transport.acknowledged(w)
+      samples = acked * self.config.communication_window * self.config.batch_size
+      self.transport.finish(WorkerDone(w, acked, samples, {}))
+      self.worker_done[w] = {"worker": w, "num_commits": acked,
+                             "num_samples": samples, "stats": {}}
+      return
+    limit = self.config.max_worker_restarts
+    if self.restarts >= limit:
+      raise RunError(f"worker {w} {cause}; no restarts left "
+                     f"(--max_worker_restarts={limit})")
+    self.restarts += 1
+    self.incarnations[w] += 1
+    self.previous_pids.append(self.processes[f"worker {w}"].pid)
+    self._record({"event": "worker_restart", "time": round(
+        time.time() - self.t0, 6), "worker": w, "cause": cause,
+                  "incarnation": self.incarnations[w],
+                  "commits_done": self.transport.acknowledged(w)})
+    self._start_worker(w)
+    self._write_pids()
+
+  def _drain_pipe(self, w, to_end=False):
+    """Handles what worker `w` sent; closes its pipe at EOF."""
+    reader = self.worker_pipes.get(w)
+    while reader is not None and reader.poll(0 if not to_end else 0.05):
+      try:
+        kind, event = reader.recv()
+      except Exception:  # EOF, or a message cut short by a kill.
+        reader.close()
+        del self.worker_pipes[w]
+        return
+      self._handle(kind, event)
 
   def _drain_events(self):
     import queue
@@ -328,19 +484,41 @@ class _Run:
         return
       self._handle(kind, event)
 
+  def _record(self, record):
+    if self.metrics_file is not None:
+      self.metrics_file.write(json.dumps(record) + "\n")
+
   def _handle(self, kind, event):
     rel = lambda t: round(t - self.t0, 6)
     if kind == "error":
-      with open(self.workdir / "error.log", "a") as f:
-        f.write(f"{event['role']}: {event['traceback']}\n")
-      raise RunError(f"{event['role']} failed: {event['message']}")
+      role = event["role"]
+      if self.metrics_file is not None:
+        with open(self.workdir / "error.log", "a") as f:
+          f.write(f"{role}: {event['traceback']}\n")
+      if role.startswith("worker"):
+        # Its exit decides: restart, or fail the run with this message.
+        self.worker_errors[int(role.split()[1])] = event["message"]
+        return
+      raise RunError(f"{role} failed: {event['message']}")
+    if kind == "resume_error":
+      raise _resume_error(self.workdir, event["message"])
+    if kind == "restored":
+      self.restored = event
+      return
+    if kind == "checkpoint_request":
+      # Every event the server sent before is in the file: that is the
+      # position a resume from this checkpoint cuts metrics.jsonl back to.
+      self.metrics_file.flush()
+      self.replies.send((event["clock"], self.metrics_file.tell()))
+      return
     if kind == "ready":
       if "worker" not in event:
         return
-      self.ready[event["worker"]] = event["time"]
-      self.worker_timelines[event["worker"]] = event["timeline"]
+      self.ready.setdefault(event["worker"], event["time"])
+      self.worker_timelines.setdefault(event["worker"], event["timeline"])
       record = {"event": "worker_ready", "time": rel(event["time"]),
-                "worker": event["worker"]}
+                "worker": event["worker"],
+                "incarnation": event.get("incarnation", 0)}
     elif kind == "commit":
       record = {"event": "commit", "time": rel(event["time"]),
                 "worker": event["worker"], "clock": event["clock"],
@@ -360,6 +538,11 @@ class _Run:
       self.rejected += 1
       record = {"event": "rejected", "time": rel(event["time"]),
                 "worker": event["worker"], "clock": event["clock"]}
+    elif kind == "checkpoint":
+      self.last_checkpoint = event["clock"]
+      record = {"event": "checkpoint", "time": rel(event["time"]),
+                "clock": event["clock"], "final": event["final"],
+                "seconds": round(event["seconds"], 3)}
     elif kind == "worker_done":
       self.worker_done[event["worker"]] = event
       record = {"event": "worker_done", "time": rel(time.time()),
@@ -373,7 +556,7 @@ class _Run:
                 "rejected_commits": event["rejected_commits"]}
     else:
       return
-    self.metrics_file.write(json.dumps(record) + "\n")
+    self._record(record)
     if kind in ("commit", "eval"):
       self.metrics_file.flush()
       if self.progress is not None:
@@ -386,7 +569,7 @@ class _Run:
       times = [tl[key] for tl in self.worker_timelines.values() if key in tl]
       if times:
         out[f"workers_{key}"] = round(max(times) - self.t0, 3)
-    if 0 in self.worker_timelines:
+    if 0 in self.worker_timelines and "compiled" in self.worker_timelines[0]:
       out["leader_compiled"] = round(
           self.worker_timelines[0]["compiled"] - self.t0, 3)
     if self.commit_times:
@@ -401,8 +584,10 @@ class _Run:
 
   def _shutdown(self):
     """Ends every process and removes every segment; safe to call twice."""
-    if getattr(self, "stop", None) is not None:
-      self.stop.set()
+    if self.flags is not None:
+      # After a normal end everyone has left already; otherwise leave now.
+      self.flags.set("stop")
+      self.flags.set("abort")
     deadline = time.monotonic() + _GRACE_SECONDS
     for process in self.processes.values():
       process.join(max(0.0, deadline - time.monotonic()))
@@ -414,15 +599,22 @@ class _Run:
       if process.is_alive():
         process.kill()
         process.join()
+    for reader in self.worker_pipes.values():
+      reader.close()
+    self.worker_pipes.clear()
+    if self.replies is not None:
+      self.replies.close()
+      self.replies = None
     if self.events is not None:
       self.events.cancel_join_thread()
       self.events.close()
-    if self.transport is not None:
-      self.transport.close()
-      self.transport.unlink()
-    if self.data is not None:
-      self.data.close()
-      self.data.unlink()
+      self.events = None
+    for shared in ("transport", "data", "flags"):
+      resource = getattr(self, shared)
+      if resource is not None:
+        resource.close()
+        resource.unlink()
+        setattr(self, shared, None)
     if self.metrics_file is not None and not self.metrics_file.closed:
       self.metrics_file.close()
 
@@ -431,9 +623,17 @@ class _Run:
     n = config.num_workers
     done = self.worker_done
     evaluation = self.final_eval or self.last_eval or {}
-    applied = self.server_done["num_commits"] if self.server_done else len(
-        self.commit_times)
-    samples = applied * config.communication_window * config.batch_size
+    restored = self.restored or {}
+    if self.server_done:
+      applied = self.server_done["num_commits"]
+      rejected = self.server_done["rejected_commits"]
+      acknowledged = sum(self.server_done["acknowledged"])
+    else:
+      applied = restored.get("clock", 0) + len(self.commit_times)
+      rejected = restored.get("rejected_commits", 0) + self.rejected
+      acknowledged = None
+    samples = len(self.commit_times) * config.communication_window * (
+        config.batch_size)
     started = min(self.ready.values()) if self.ready else None
     ended = self.commit_times[-1] if self.commit_times else None
     training_seconds = (ended - started) if started and ended else None
@@ -451,13 +651,14 @@ class _Run:
         "final_clock": evaluation.get("clock"),
         "wall_seconds": time.time() - self.t0,
         "num_commits": applied,
+        "commits_acknowledged": acknowledged,
         "worker_commits": [done.get(i, {}).get("num_commits") for i in range(n)],
         "mean_staleness": (float(np.mean(self.staleness))
                            if self.staleness else None),
         "max_staleness": int(np.max(self.staleness)) if self.staleness else None,
         "samples_per_second": (samples / training_seconds
                                if training_seconds else None),
-        "rejected_commits": self.rejected,
+        "rejected_commits": rejected,
         "startup_seconds_first_commit": (self.commit_times[0] - self.t0
                                          if self.commit_times else None),
         "startup_seconds_all_workers": (max(self.ready.values()) - self.t0
@@ -465,13 +666,20 @@ class _Run:
         "startup": self._startup(),
         "worker_peak_rss_mb": peak,
         "worker_uss_mb": [s.get("uss_mb") for s in stats],
-        "num_slots": self.transport.num_slots if self.transport else None,
-        "worker_restarts": 0,
+        "num_slots": getattr(self, "num_slots_used", None),
+        "worker_restarts": self.restarts,
+        "last_checkpoint": self.last_checkpoint,
         "interrupted": interrupted,
-        "resumed_from_commit": None,
+        "resumed_from_commit": restored.get("clock"),
     }
     _write_json(self.workdir / "summary.json", summary)
     return summary
+
+
+def _cause(exitcode) -> str:
+  if exitcode is not None and exitcode < 0:
+    return f"killed by signal {-exitcode}"
+  return f"exited with code {exitcode}"
 
 
 def _write_json(path, obj):

@@ -4,6 +4,7 @@ The math is `strategy.rule.apply`, jitted; this module only moves bytes,
 counts staleness and refuses non-finite commits. No JAX at module level.
 """
 
+import os
 import time
 
 import numpy as np
@@ -34,72 +35,186 @@ def server_apply_fn(strategy, layout):
   return jax.jit(apply, donate_argnums=(0,))
 
 
-def server_main(ctx: _child.RunContext, placement) -> None:
-  """Entry point of the server (a spawned process)."""
+def server_main(ctx: _child.RunContext, placement, replies,
+                resume: bool = False) -> None:
+  """Entry point of the server (a spawned process).
+
+  Args:
+    ctx: the run's shared context.
+    placement: the host placement.
+    replies: the launcher's answers to checkpoint requests (a `Connection`).
+    resume: restore the newest checkpoint in `<workdir>/checkpoints` first.
+  """
   _child.enter(placement)
   try:
-    _serve(ctx)
+    _Server(ctx, replies).serve(resume)
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, "server", e)
     raise SystemExit(1)
 
 
-def _serve(ctx: _child.RunContext) -> None:
-  jax = _child.configure_jax(ctx.cache_dir)
-  import jax.numpy as jnp
-  from agn_jax import build
-  config, strategy, model, _, layout = _child.build_parts(ctx)
-  transport = ctx.transport
-  input_dim = int(np.prod(ctx.input_shape))
-  initial = layout.ravel_numpy(build.initial_center(config, model, input_dim))
-  center = jnp.asarray(initial)
-  state = strategy.rule.init(layout.unravel(center))
-  apply = server_apply_fn(strategy, layout)
-  transport.publish(initial, clock=0)
+class _Server:
+  """The center, the server state and the loop that applies commits to them."""
 
-  # Compile before the first commit arrives, on a copy (the center is donated).
-  zeros = tuple(
-      np.zeros(layout.num_params, np.float32) for _ in strategy.payload)
-  jax.block_until_ready(apply(jnp.array(center), zeros, state, np.int32(0)))
-  ctx.events.put(("ready", {"time": time.time(), "role": "server"}))
+  def __init__(self, ctx, replies):
+    self.ctx = ctx
+    self.replies = replies
+    self.transport = ctx.transport
 
-  clock, rejected = 0, 0
-  done = {}
-  while len(done) < config.num_workers:
-    message = transport.next_commit(_POLL_SECONDS)
-    if message is None:
-      if not _child.parent_alive(ctx):
+  def _leaving(self) -> bool:
+    return not _child.parent_alive(self.ctx) or self.ctx.flags.is_set("abort")
+
+  def _restore(self, template_state):
+    """The newest checkpoint, checked against this run; None after reporting why not."""
+    import jax
+    import jax.numpy as jnp
+    from agn_jax import checkpoint
+    try:
+      ckpt = checkpoint.restore(self.checkpoint_dir)
+      checkpoint.check_resumable(ckpt, self.ctx.config, self.layout.metadata(),
+                                 jax.tree.leaves(template_state))
+    except checkpoint.CheckpointError as e:
+      self.ctx.events.put(("resume_error", {"message": str(e)}))
+      return None
+    leaves = [
+        jnp.asarray(x, dtype=t.dtype)
+        for x, t in zip(ckpt.server_leaves, jax.tree.leaves(template_state))
+    ]
+    state = jax.tree.unflatten(jax.tree.structure(template_state), leaves)
+    return ckpt, state
+
+  def serve(self, resume: bool) -> None:
+    jax = _child.configure_jax(self.ctx.cache_dir)
+    import jax.numpy as jnp
+    from agn_jax import build, checkpoint
+    ctx, transport = self.ctx, self.transport
+    config, strategy, model, _, layout = _child.build_parts(ctx)
+    self.layout = layout
+    self.checkpoint_dir = os.path.join(config.workdir, "checkpoints")
+    input_dim = int(np.prod(ctx.input_shape))
+    initial = layout.ravel_numpy(build.initial_center(config, model,
+                                                      input_dim))
+    state = strategy.rule.init(layout.unravel(jnp.asarray(initial)))
+    self.clock, self.rejected = 0, 0
+    self.saved_step = None
+    if resume:
+      restored = self._restore(state)
+      if restored is None:
         return
-      continue
-    if isinstance(message, WorkerDone):
-      done[message.worker] = message
-      ctx.events.put(("worker_done", message._asdict()))
-      continue
-    payload = transport.slot(message.slot)
-    if not np.isfinite(payload).all():
-      # A diverged worker must not poison the center; it pulls again anyway.
-      transport.free_slot(message.slot)
-      transport.acknowledge(message.worker)
-      rejected += 1
-      ctx.events.put(("rejected", {
-          "time": time.time(), "worker": message.worker, "clock": clock}))
-      continue
-    staleness = clock - message.clock
-    center, state = apply(center, tuple(payload), state, np.int32(staleness))
-    host = np.asarray(center)  # Waits for the result: the slot is read.
-    transport.free_slot(message.slot)
-    clock += 1
-    transport.publish(host, clock)
-    transport.acknowledge(message.worker)
-    del host  # No view may outlive the buffer, which the next apply donates.
-    ctx.events.put(("commit", {
-        "time": time.time(),
-        "worker": message.worker,
-        "clock": clock,
-        "staleness": staleness,
-        "loss": message.loss,
-        "accuracy": message.accuracy,
+      ckpt, state = restored
+      initial = ckpt.center
+      self.clock = int(ckpt.meta["num_commits"])
+      self.rejected = int(ckpt.meta.get("rejected_commits", 0))
+      self.saved_step = ckpt.step
+      for w, count in enumerate(ckpt.meta["worker_commits"]):
+        transport.set_acknowledged(w, count)
+      ctx.events.put(("restored", {
+          "clock": self.clock, "metrics_offset": ckpt.meta.get(
+              "metrics_offset"), "rejected_commits": self.rejected,
+          "worker_commits": ckpt.meta["worker_commits"]}))
+    center = jnp.asarray(initial)
+    apply = server_apply_fn(strategy, layout)
+    transport.publish(initial, clock=self.clock)
+    self.checkpointer = checkpoint.Checkpointer(self.checkpoint_dir)
+
+    # Compile before the first commit arrives, on a copy (the center is donated).
+    zeros = tuple(
+        np.zeros(layout.num_params, np.float32) for _ in strategy.payload)
+    jax.block_until_ready(apply(jnp.array(center), zeros, state, np.int32(0)))
+    ctx.events.put(("ready", {"time": time.time(), "role": "server"}))
+
+    period = config.checkpoint_every_seconds
+    saved_at, saved_clock = time.monotonic(), self.clock
+    done = {}
+    try:
+      while len(done) < config.num_workers:
+        if (period and period > 0 and self.clock != saved_clock and
+            time.monotonic() - saved_at >= period):
+          self._save(center, state, final=False)
+          saved_at, saved_clock = time.monotonic(), self.clock
+        message = transport.next_commit(_POLL_SECONDS)
+        if message is None:
+          if self._leaving():
+            return
+          continue
+        if isinstance(message, WorkerDone):
+          done[message.worker] = message
+          continue
+        payload = transport.slot(message.slot)
+        if not np.isfinite(payload).all():
+          # A diverged worker must not poison the center; it pulls again anyway.
+          self.rejected += 1
+          transport.acknowledge(message.worker)
+          transport.free_slot(message.slot)
+          ctx.events.put(("rejected", {
+              "time": time.time(), "worker": message.worker,
+              "clock": self.clock}))
+          continue
+        staleness = self.clock - message.clock
+        center, state = apply(center, tuple(payload), state,
+                              np.int32(staleness))
+        host = np.asarray(center)  # Waits for the result: the slot is read.
+        self.clock += 1
+        transport.publish(host, self.clock)
+        # Acknowledge before freeing: once no slot of a worker is in flight,
+        # its counter is final (a restarted worker reads it as its progress).
+        transport.acknowledge(message.worker)
+        transport.free_slot(message.slot)
+        del host  # No view may outlive the buffer, which the next apply donates.
+        ctx.events.put(("commit", {
+            "time": time.time(),
+            "worker": message.worker,
+            "clock": self.clock,
+            "staleness": staleness,
+            "loss": message.loss,
+            "accuracy": message.accuracy,
+        }))
+      self._save(center, state, final=True)
+    finally:
+      self.checkpointer.close()
+    ctx.events.put(("server_done", {
+        "time": time.time(), "num_commits": self.clock,
+        "rejected_commits": self.rejected,
+        "acknowledged": [transport.acknowledged(w)
+                         for w in range(config.num_workers)],
     }))
-  ctx.events.put(("server_done", {
-      "time": time.time(), "num_commits": clock, "rejected_commits": rejected,
-  }))
+
+  def _metrics_offset(self):
+    """Asks the launcher how far metrics.jsonl goes once every event up to now is in it.
+
+    This server's events reach the launcher in order, so the answer covers
+    every commit in the center being saved; commits wait meanwhile.
+    """
+    self.ctx.events.put(("checkpoint_request", {"clock": self.clock}))
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and not self._leaving():
+      if self.replies.poll(0.05):
+        clock, offset = self.replies.recv()
+        if clock == self.clock:  # Not a late answer to an earlier request.
+          return offset
+    return None
+
+  def _save(self, center, state, final: bool):
+    import jax
+    if self.clock == self.saved_step:
+      return  # Nothing new since that checkpoint.
+    t0 = time.monotonic()
+    offset = self._metrics_offset()
+    meta = {
+        "num_commits": self.clock,
+        "rejected_commits": self.rejected,
+        # Each worker's progress through its data share, in windows.
+        "worker_commits": [self.transport.acknowledged(w)
+                           for w in range(self.ctx.config["num_workers"])],
+        "metrics_offset": offset,
+        "config": self.ctx.config,
+        "layout": [[list(s), d] for s, d in self.layout.metadata()],
+        "time": time.time(),
+    }
+    self.checkpointer.save(self.clock, np.array(center),
+                           [np.array(x) for x in jax.tree.leaves(state)],
+                           meta)
+    self.saved_step = self.clock
+    self.ctx.events.put(("checkpoint", {
+        "time": time.time(), "clock": self.clock, "final": final,
+        "seconds": time.monotonic() - t0}))

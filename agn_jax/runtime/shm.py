@@ -5,10 +5,13 @@ that may unlink a segment when an attaching child exits; here only the creating
 process (the launcher) registers and unlinks, children merely map.
 """
 
+import contextlib
+import fcntl
 import mmap
 import os
 import secrets
-from typing import Dict, Mapping, NamedTuple, Tuple
+import time
+from typing import Dict, Mapping, NamedTuple, Sequence, Tuple
 
 import _posixshmem
 import numpy as np
@@ -75,6 +78,15 @@ class Segment:
     finally:
       os.close(fd)
     return cls(name, size, mapping, owner=False)
+
+  def lock_fd(self) -> int:
+    """A descriptor of this segment private to this process, for `flock`.
+
+    `flock` locks belong to an open file description and the kernel drops
+    them when the holder dies, so unlike a `multiprocessing.Lock` a worker
+    killed inside a critical section never blocks the others.
+    """
+    return _posixshmem.shm_open("/" + self.name, os.O_RDWR, mode=0o600)
 
   def array(self, dtype, shape, offset: int = 0) -> np.ndarray:
     """A numpy view of `shape` `dtype` elements at byte `offset`."""
@@ -162,6 +174,86 @@ class SharedArrays:
     self.__init__(state["name"], state["specs"])
 
   def close(self):
+    if self._segment is not None:
+      self._segment.close()
+
+  def unlink(self):
+    if self._segment is not None and self._segment.owner:
+      self._segment.unlink()
+
+
+@contextlib.contextmanager
+def flocked(fd: int):
+  """Holds an exclusive `flock` on `fd` (released by the kernel if we die)."""
+  fcntl.flock(fd, fcntl.LOCK_EX)
+  try:
+    yield
+  finally:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+class Flags:
+  """Named one-way switches (0 → 1) in shared memory, for the launcher and its children.
+
+  Used instead of `multiprocessing.Event`, whose condition variable counts
+  its sleepers: a sleeper killed with SIGKILL makes every later `set()` wait
+  forever. A flag here is one int64 word, set by a single store and polled.
+
+  Example:
+    >>> flags = Flags.create(["stop", "go"])
+    >>> flags.set("go"); flags.is_set("go"), flags.is_set("stop")
+    (True, False)
+    >>> flags.close(); flags.unlink()
+  """
+
+  _POLL_SECONDS = 0.005
+
+  def __init__(self, name: str, names: Sequence[str]):
+    self.name = name
+    self.names = tuple(names)
+    self._segment = None
+    self._words = None
+
+  @classmethod
+  def create(cls, names: Sequence[str]) -> "Flags":
+    segment = Segment.create(aligned(8 * len(names)))
+    flags = cls(segment.name, names)
+    flags._segment = segment
+    flags._words = segment.array(np.int64, (len(names),))
+    return flags
+
+  def _index(self, key: str) -> int:
+    if self._words is None:
+      self._segment = Segment.attach(self.name)
+      self._words = self._segment.array(np.int64, (len(self.names),))
+    return self.names.index(key)
+
+  def set(self, key: str) -> None:
+    i = self._index(key)
+    self._words[i] = 1
+
+  def is_set(self, key: str) -> bool:
+    i = self._index(key)
+    return bool(self._words[i])
+
+  def wait(self, key: str, timeout: float) -> bool:
+    """Whether `key` got set within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not self.is_set(key):
+      left = deadline - time.monotonic()
+      if left <= 0:
+        return False
+      time.sleep(min(self._POLL_SECONDS, left))
+    return True
+
+  def __getstate__(self):
+    return {"name": self.name, "names": self.names}
+
+  def __setstate__(self, state):
+    self.__init__(state["name"], state["names"])
+
+  def close(self):
+    self._words = None
     if self._segment is not None:
       self._segment.close()
 

@@ -6,7 +6,7 @@ the strategies, the server loop or the worker loop.
 """
 
 import abc
-import queue
+import os
 import time
 from typing import Any, Dict, NamedTuple, Optional, Union
 
@@ -126,6 +126,31 @@ class Transport(abc.ABC):
   def finish(self, done: WorkerDone) -> None:
     """Tells the server this worker will commit no more (after its commits)."""
 
+  # Supervisor side (a worker died).
+  @abc.abstractmethod
+  def reclaim(self, worker: int) -> int:
+    """Frees the slots a dead `worker` acquired but never committed; returns how many.
+
+    Call only once the worker's process has ended. A slot it committed is
+    complete and is applied normally.
+    """
+
+  @abc.abstractmethod
+  def in_flight(self, worker: int) -> bool:
+    """Whether a commit of `worker` is queued or being applied."""
+
+  @abc.abstractmethod
+  def acknowledged(self, worker: int) -> int:
+    """How many of `worker`'s commits the server has handled (applied or rejected)."""
+
+  @abc.abstractmethod
+  def set_acknowledged(self, worker: int, count: int) -> None:
+    """Server side, on resume: `worker` starts with `count` handled commits."""
+
+  @abc.abstractmethod
+  def is_done(self, worker: int) -> bool:
+    """Whether `worker` (or its supervisor on its behalf) called `finish`."""
+
   def close(self) -> None:
     """Releases this process' handles."""
 
@@ -141,13 +166,26 @@ _HEADER_WORDS = 8
 _SEQLOCK_ATTEMPTS = 4
 
 
+# Slot phases. A slot moves FREE → FILLING (a worker acquired it) → QUEUED
+# (the worker wrote the whole payload and header, then committed) → APPLYING
+# (the server took it) → FREE. Only a worker's death interrupts that cycle,
+# and only in FILLING, where the supervisor reclaims the slot.
+_FREE, _FILLING, _QUEUED, _APPLYING = 0, 1, 2, 3
+# Per worker: handled commits, done flag, commits and samples when done.
+_WORKER_WORDS = 4
+# Per slot: owner, phase, queue position, clock of the commit.
+_SLOT_WORDS = 4
+# Per slot: loss, accuracy, time.
+_SLOT_FLOATS = 3
+
+
 def _ring_header_bytes(num_slots, num_workers):
-  # Acknowledgement counters (int64 per worker), then slot owners (int32).
-  return shm.aligned(num_workers * 8) + shm.aligned(num_slots * 4)
+  return (shm.aligned((_WORKER_WORDS * num_workers + _SLOT_WORDS * num_slots +
+                       1) * 8) + shm.aligned(_SLOT_FLOATS * num_slots * 8))
 
 
 class SharedMemoryTransport(Transport):
-  """A `Transport` for processes on one host: POSIX shared memory and queues.
+  """A `Transport` for processes on one host: POSIX shared memory, `flock` and a semaphore.
 
   Center: two float32 buffers (double buffering) with a seqlock counter each.
   The server writes the buffer that is not active and then flips `active`, so
@@ -158,13 +196,24 @@ class SharedMemoryTransport(Transport):
   returns a center with a commit half applied and never stalls the server for
   longer than one memcpy.
 
-  Commits: a ring of `num_slots` slots of `[payload_size, num_params]` float32.
-  Free slot indices wait in one queue, filled slot indices (with a
-  `CommitHeader`) in another; only indices and headers are pickled. A worker
-  that finds no free slot blocks: that is the backpressure.
+  Commits: a ring of `num_slots` slots of `[payload_size, num_params]` float32
+  whose owners, phases and headers live in shared memory too. A worker
+  acquires a FREE slot under a lock, fills it, writes the header and only
+  then marks it QUEUED with the next queue position; the server applies
+  QUEUED slots in queue order (FIFO). A worker that finds no free slot waits:
+  that is the backpressure.
 
-  Seqlock ordering relies on x86-64's total store order (stores are seen in
-  program order); weakly ordered CPUs would need fences around the counters.
+  Every lock is an `flock`, which the kernel releases when its holder dies,
+  and the only other primitive is a semaphore the workers post to wake the
+  server. So a worker killed at any instruction (SIGKILL, out of memory)
+  leaves the transport usable: a slot it was filling is reclaimed by the
+  supervisor (`reclaim`), a slot it committed is complete and applied.
+  (`multiprocessing.Queue`/`Lock`/`Event` would not survive that: their
+  locks stay held by the dead.)
+
+  Stores are seen in program order on x86-64 (total store order), which the
+  seqlock and the FILLING → QUEUED publication rely on; weakly ordered CPUs
+  would need fences around those words.
 
   Example:
     >>> import multiprocess, numpy as np
@@ -179,23 +228,21 @@ class SharedMemoryTransport(Transport):
   """
 
   def __init__(self, num_params, payload_size, num_slots, num_workers,
-               center_name, ring_name, free_slots, commits, lock):
+               center_name, ring_name, doorbell):
     self.num_workers = int(num_workers)
     self.num_params = int(num_params)
     self.payload_size = int(payload_size)
     self.num_slots = int(num_slots)
     self._center_name = center_name
     self._ring_name = ring_name
-    self._free_slots = free_slots
-    self._commits = commits
-    self._lock = lock
+    self._doorbell = doorbell
     self._center_seg = None
     self._ring_seg = None
 
   @classmethod
   def create(cls, ctx, num_params: int, payload_size: int, num_slots: int,
              num_workers: int = 1) -> "SharedMemoryTransport":
-    """Creates the segments and queues (in the launcher, before spawning).
+    """Creates the segments (in the launcher, before spawning).
 
     Args:
       ctx: a `multiprocess` context (spawn or forkserver).
@@ -221,20 +268,19 @@ class SharedMemoryTransport(Transport):
     except BaseException:
       center.unlink()
       raise
-    free_slots = ctx.Queue()
-    for index in range(num_slots):
-      free_slots.put(index)
     t = cls(num_params, payload_size, num_slots, num_workers, center.name,
-            ring.name, free_slots, ctx.Queue(), ctx.Lock())
+            ring.name, ctx.Semaphore(0))
     t._center_seg, t._ring_seg = center, ring
     t._map()
-    t._owners[:] = -1
+    t._owner[:] = -1
     return t
 
   def __getstate__(self):
-    # Mappings are per process; a child re-attaches by name.
+    # Mappings and descriptors are per process; a child re-attaches by name.
     local = ("_center_seg", "_ring_seg", "_header", "_buffers", "_slots",
-             "_owners", "_acks")
+             "_acks", "_done", "_done_commits", "_done_samples", "_owner",
+             "_phase", "_seq", "_clock", "_floats", "_next_seq",
+             "_center_lock", "_ring_lock", "_reported")
     return {k: v for k, v in self.__dict__.items() if k not in local}
 
   def __setstate__(self, state):
@@ -244,22 +290,34 @@ class SharedMemoryTransport(Transport):
     self._map()
 
   def _map(self):
-    p, k, s = self.num_params, self.payload_size, self.num_slots
+    p, k, s, n = (self.num_params, self.payload_size, self.num_slots,
+                  self.num_workers)
     self._header = self._center_seg.array(np.int64, (_HEADER_WORDS,))
     base, step = shm.aligned(_HEADER_WORDS * 8), shm.aligned(p * 4)
     self._buffers = [
         self._center_seg.array(np.float32, (p,), base + b * step)
         for b in range(2)
     ]
-    self._acks = self._ring_seg.array(np.int64, (self.num_workers,))
-    self._owners = self._ring_seg.array(np.int32, (s,),
-                                        shm.aligned(self.num_workers * 8))
-    base = _ring_header_bytes(s, self.num_workers)
+    words = self._ring_seg.array(np.int64,
+                                 (_WORKER_WORDS * n + _SLOT_WORDS * s + 1,))
+    (self._acks, self._done, self._done_commits,
+     self._done_samples) = (words[i * n:(i + 1) * n] for i in range(4))
+    slot_words = words[_WORKER_WORDS * n:]
+    self._owner, self._phase, self._seq, self._clock = (
+        slot_words[i * s:(i + 1) * s] for i in range(4))
+    self._next_seq = words[-1:]
+    self._floats = self._ring_seg.array(
+        np.float64, (_SLOT_FLOATS, s),
+        shm.aligned((_WORKER_WORDS * n + _SLOT_WORDS * s + 1) * 8))
+    base = _ring_header_bytes(s, n)
     step = shm.aligned(k * p * 4)
     self._slots = [
         self._ring_seg.array(np.float32, (k, p), base + i * step)
         for i in range(s)
     ]
+    self._center_lock = self._center_seg.lock_fd()
+    self._ring_lock = self._ring_seg.lock_fd()
+    self._reported = np.zeros(n, bool)  # Server side: WorkerDone handed out.
 
   @property
   def names(self):
@@ -271,7 +329,7 @@ class SharedMemoryTransport(Transport):
   def publish(self, center, clock):
     h = self._header
     b = 1 - int(h[_ACTIVE])
-    with self._lock:
+    with shm.flocked(self._center_lock):
       h[_VERSION + b] += 1  # Odd: buffer b is being written.
       np.copyto(self._buffers[b], center, casting="same_kind")
       h[_CLOCK + b] = clock
@@ -279,28 +337,45 @@ class SharedMemoryTransport(Transport):
     h[_ACTIVE] = b
 
   def next_commit(self, timeout):
-    try:
-      return self._commits.get(timeout=timeout)
-    except queue.Empty:
-      return None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+      # Done flags first: a worker queues its last commit before it sets its
+      # flag, so a flag seen here means that commit is visible below.
+      done = self._done.copy()
+      queued = np.flatnonzero(self._phase == _QUEUED)
+      if queued.size:
+        i = int(queued[np.argmin(self._seq[queued])])
+        self._phase[i] = _APPLYING
+        loss, accuracy, when = self._floats[:, i]
+        return CommitHeader(i, int(self._owner[i]), int(self._clock[i]),
+                            float(loss), float(accuracy), float(when))
+      new = np.flatnonzero((done != 0) & ~self._reported)
+      if new.size:
+        w = int(new[0])
+        self._reported[w] = True
+        return WorkerDone(w, int(self._done_commits[w]),
+                          int(self._done_samples[w]), {})
+      wait = 0.1 if deadline is None else min(0.1,
+                                              deadline - time.monotonic())
+      if wait <= 0:
+        return None
+      # Bounded: a worker killed between queueing and ringing costs <= 0.1 s.
+      self._doorbell.acquire(True, wait)
 
   def slot(self, index):
     return self._slots[index]
 
   def free_slot(self, index):
-    self._owners[index] = -1
-    self._free_slots.put(index)
+    self._owner[index] = -1
+    self._phase[index] = _FREE
 
   def acknowledge(self, worker):
     # Only the server writes a counter; a worker only reads its own.
     self._acks[worker] += 1
 
   def slot_owners(self) -> np.ndarray:
-    """Which worker holds each slot (-1: free or queued for the server).
-
-    A supervisor that restarts a dead worker frees the slots it still holds.
-    """
-    return self._owners.copy()
+    """Which worker holds each slot (-1: free), whether filling, queued or being applied."""
+    return np.where(self._phase == _FREE, -1, self._owner)
 
   # Worker side.
 
@@ -320,21 +395,37 @@ class SharedMemoryTransport(Transport):
         if int(h[_VERSION + b]) == version:
           return clock
     # The server outran us repeatedly (e.g. this process was descheduled).
-    with self._lock:
+    with shm.flocked(self._center_lock):
       b = int(h[_ACTIVE])
       np.copyto(out, self._buffers[b])
       return int(h[_CLOCK + b])
 
   def acquire_slot(self, worker, timeout):
-    try:
-      index = self._free_slots.get(timeout=timeout)
-    except queue.Empty:
-      return None
-    self._owners[index] = worker
-    return index
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 1e-5
+    while True:
+      if (self._phase == _FREE).any():  # Look before taking the lock.
+        with shm.flocked(self._ring_lock):
+          free = np.flatnonzero(self._phase == _FREE)
+          if free.size:
+            index = int(free[0])
+            self._owner[index] = worker
+            self._phase[index] = _FILLING
+            return index
+      if deadline is not None and time.monotonic() > deadline:
+        return None
+      time.sleep(pause)
+      pause = min(pause * 2, 1e-3)
 
   def commit(self, header):
-    self._commits.put(header)
+    i = header.slot
+    self._clock[i] = header.clock
+    self._floats[:, i] = (header.loss, header.accuracy, header.time)
+    with shm.flocked(self._ring_lock):
+      self._seq[i] = self._next_seq[0]
+      self._next_seq[0] += 1
+      self._phase[i] = _QUEUED  # Last: the payload and header are complete.
+    self._doorbell.release()
 
   def wait_acknowledged(self, worker, count, timeout):
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -347,17 +438,48 @@ class SharedMemoryTransport(Transport):
     return True
 
   def finish(self, done):
-    self._commits.put(done)
+    w = done.worker
+    self._done_commits[w] = done.num_commits
+    self._done_samples[w] = done.num_samples
+    self._done[w] = 1  # Last: after this worker's final commit was queued.
+    self._doorbell.release()
+
+  # Supervisor side.
+
+  def reclaim(self, worker):
+    with shm.flocked(self._ring_lock):
+      mine = np.flatnonzero((self._owner == worker) &
+                            (self._phase == _FILLING))
+      for i in mine:
+        self._owner[i] = -1
+        self._phase[i] = _FREE
+    return int(mine.size)
+
+  def in_flight(self, worker):
+    return bool(((self._owner == worker) & ((self._phase == _QUEUED) |
+                                            (self._phase == _APPLYING))).any())
+
+  def acknowledged(self, worker):
+    return int(self._acks[worker])
+
+  def set_acknowledged(self, worker, count):
+    self._acks[worker] = count
+
+  def is_done(self, worker):
+    return bool(self._done[worker])
 
   def close(self):
-    for attr in ("_header", "_buffers", "_slots", "_owners", "_acks"):
+    for attr in ("_header", "_buffers", "_slots", "_acks", "_done",
+                 "_done_commits", "_done_samples", "_owner", "_phase",
+                 "_seq", "_clock", "_floats", "_next_seq"):
       self.__dict__.pop(attr, None)
+    for attr in ("_center_lock", "_ring_lock"):
+      fd = self.__dict__.pop(attr, None)
+      if fd is not None:
+        os.close(fd)
     for seg in (self._center_seg, self._ring_seg):
       if seg is not None:
         seg.close()
-    for q in (self._free_slots, self._commits):
-      # Never block interpreter exit on items nobody will read any more.
-      q.cancel_join_thread()
 
   def unlink(self):
     for seg in (self._center_seg, self._ring_seg):

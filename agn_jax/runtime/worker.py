@@ -54,6 +54,15 @@ class BatchSampler:
     self._perm = rng.permutation(num_examples)
     self._pos = 0
 
+  def skip(self, k: int) -> None:
+    """Advances past `k` samples, exactly as `take(k)` would."""
+    while k > 0:
+      if self._pos == self._n:
+        self._perm, self._pos = self._rng.permutation(self._n), 0
+      t = min(k, self._n - self._pos)
+      self._pos += t
+      k -= t
+
   def take(self, k: int) -> np.ndarray:
     parts = []
     while k > 0:
@@ -107,37 +116,58 @@ def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
       pull=jax.jit(pull, donate_argnums=(0, 1)))
 
 
-def worker_main(ctx: _child.RunContext, index: int, placement,
-                compiled) -> None:
-  """Entry point of worker `index` (a spawned process)."""
+def worker_main(ctx: _child.RunContext, index: int, placement, events,
+                incarnation: int = 0) -> None:
+  """Entry point of worker `index` (a spawned process).
+
+  Args:
+    ctx: the run's shared context.
+    index: which worker (which data shard).
+    placement: its devices and environment.
+    events: the writing end of this worker's own pipe to the launcher.
+    incarnation: 0 for the first process of this worker, k after k restarts.
+  """
   entered = time.time()
   _child.enter(placement)
+  ctx = ctx._replace(events=_child.EventPipe(events))
   try:
-    _Worker(ctx, index, compiled, entered).run()
+    _Worker(ctx, index, incarnation, entered).run()
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, f"worker {index}", e)
     raise SystemExit(1)
 
 
+class _Stopped(Exception):
+  """The run is winding down before this worker started training."""
+
+
 class _Worker:
   """One worker's state and loop."""
 
-  def __init__(self, ctx, index, compiled, entered):
+  def __init__(self, ctx, index, incarnation, entered):
     self.timeline = {"entered": entered}
     self.ctx = ctx
     self.index = index
-    self.compiled = compiled
+    self.incarnation = incarnation
+    self.flags = ctx.flags
     self.transport = ctx.transport
-    self.fault = _child.parse_fault(os.environ.get("AGN_JAX_FAULT"))
-    if self.fault is not None and self.fault.worker != index:
-      self.fault = None
+    fault = _child.parse_fault(os.environ.get("AGN_JAX_FAULT"))
+    if fault is not None and (fault.worker != index or
+                              incarnation >= fault.incarnations):
+      fault = None
+    self.fault = fault
 
   def _stopping(self) -> bool:
-    if not _child.parent_alive(self.ctx):
-      raise SystemExit(0)  # The launcher is gone: leave quietly.
-    return self.ctx.stop.is_set()
+    if not _child.parent_alive(self.ctx) or self.flags.is_set("abort"):
+      raise SystemExit(0)  # The launcher is gone or gives up: leave quietly.
+    return self.flags.is_set("stop")
 
-  def _pull(self, jnp, pushed=0):
+  def _wait_for(self, flag):
+    while not self.flags.wait(flag, _POLL_SECONDS):
+      if self._stopping():
+        raise _Stopped()
+
+  def _pull(self, jnp, pushed):
     # Read-your-writes: the center must already hold this worker's commits.
     while not self.transport.wait_acknowledged(self.index, pushed,
                                                _POLL_SECONDS):
@@ -149,7 +179,12 @@ class _Worker:
     return clock, jnp.asarray(buffer)
 
   def _push(self, payload, clock, loss, accuracy, window) -> bool:
-    """Writes the payload into a free slot and commits it; False if stopped."""
+    """Writes the payload into a free slot and commits it; False if stopped.
+
+    The slot is filled completely before `commit` queues it: a worker that
+    dies before that leaves a slot the supervisor reclaims, never a
+    half-written commit the server would apply.
+    """
     slot = None
     while slot is None:
       slot = self.transport.acquire_slot(self.index, timeout=_POLL_SECONDS)
@@ -166,13 +201,22 @@ class _Worker:
         CommitHeader(slot, self.index, clock, loss, accuracy, time.time()))
     return True
 
-  def _wait_for_compiled(self):
-    # Worker 0 compiles and fills the persistent cache; the others then load
-    # the executables instead of compiling the same kernels n times.
-    while not self.compiled.wait(_POLL_SECONDS):
+  def _start(self):
+    """Waits for the start barrier, then for this worker's earlier commits.
+
+    Returns:
+      How many of this worker's commits the server has handled: the windows
+      of its share already done (by a process that died, or before a resume).
+    """
+    # Every worker starts together once all are compiled, so start-up skew
+    # does not show up as staleness of the first commits.
+    self._wait_for("go")
+    # A predecessor's queued commit is complete and still gets applied.
+    while self.transport.in_flight(self.index):
       if self._stopping():
-        return False
-    return True
+        raise _Stopped()
+      time.sleep(0.001)
+    return self.transport.acknowledged(self.index)
 
   def run(self):
     ctx, index = self.ctx, self.index
@@ -192,22 +236,29 @@ class _Worker:
     fns = worker_functions(strategy, loss_fn, layout)
     self.timeline["built"] = time.time()
 
-    if index == 0:
+    try:
+      # Worker 0 compiles and fills the persistent cache; the others then
+      # load the executables instead of compiling the same kernels n times.
+      if index != 0:
+        self._wait_for("compiled")
       self._warm_up(fns, jnp, x_shard.shape[1], lam, batch)
-      self.compiled.set()
-    elif not self._wait_for_compiled():
-      self._finish(0, 0, None)
+      self.flags.set("compiled")
+      self.timeline["compiled"] = time.time()
+      ctx.events.put(("ready", {"time": time.time(), "worker": index,
+                                "incarnation": self.incarnation,
+                                "timeline": self.timeline}))
+      base = self._start()
+    except _Stopped:
+      self._finish(self.transport.acknowledged(index), None)
       return
 
-    self.timeline["compiled"] = time.time()
-    clock, center = self._pull(jnp)
+    sampler.skip(base * lam * batch)  # The rest of this worker's share.
+    clock, center = self._pull(jnp, base)
     params, opt_state = fns.init(center)
     started = time.time()
-    ctx.events.put(("ready", {"time": started, "worker": index,
-                              "timeline": self.timeline}))
-    commits = 0
+    commits = base
     commit_then_pull = strategy.protocol == strategies.COMMIT_THEN_PULL
-    for window in range(num_windows):
+    for window in range(base, num_windows):
       if self._stopping():
         break
       if self.fault and window == self.fault.window:
@@ -235,10 +286,10 @@ class _Worker:
         if not self._push(payload, clock, loss, accuracy, window):
           break
       commits += 1
-    self._finish(commits, commits * lam * batch, started)
+    self._finish(commits, started)
 
   def _warm_up(self, fns, jnp, input_dim, lam, batch):
-    """Compiles every jitted piece once, on zeros, to fill the cache."""
+    """Runs every jitted piece once, on zeros: compiles it or loads it from the cache."""
     center = jnp.zeros(self.transport.num_params, jnp.float32)
     params, opt_state = fns.init(center)
     batches = (np.zeros((lam, batch, input_dim), np.float32),
@@ -247,7 +298,10 @@ class _Worker:
     _, params, opt_state = fns.commit(result.params, result.opt_state, center)
     fns.pull(params, opt_state, center)
 
-  def _finish(self, commits, samples, started: Optional[float]):
+  def _finish(self, commits, started: Optional[float]):
+    """Reports this worker's share done: `commits` counts all its commits in the run."""
+    config = self.ctx.config
+    samples = commits * config["communication_window"] * config["batch_size"]
     stats = {
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "started": started,
@@ -259,4 +313,6 @@ class _Worker:
       stats["rss_mb"] = info.rss / 2**20
     except Exception:  # psutil is optional here; the peak is enough.
       pass
-    self.transport.finish(WorkerDone(self.index, commits, samples, stats))
+    done = WorkerDone(self.index, commits, samples, stats)
+    self.transport.finish(done)
+    self.ctx.events.put(("worker_done", done._asdict()))
