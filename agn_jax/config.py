@@ -39,9 +39,11 @@ class TrainConfig:
     max_seconds: stop the run after this much wall time (None: no limit).
     seed: seed of parameter init and data shuffling.
     workdir: where metrics, summary, plots and checkpoints go.
-    checkpoint_every_seconds: checkpoint period; 0 or less: only at the end.
-    max_worker_restarts: how often a dead worker is restarted before the run fails.
-    resume: continue the run found in `workdir`.
+    checkpoint_every_seconds: checkpoint period; 0 or less: only at the end
+      (and on an interrupt).
+    max_worker_restarts: how many worker restarts the whole run allows (all
+      workers together; each --resume session starts afresh) before it fails.
+    resume: continue the run found in `workdir` from its last checkpoint.
   """
   strategy: str = "agn"
   num_workers: int = 4

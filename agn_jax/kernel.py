@@ -87,7 +87,7 @@ def window_kernel(loss_fn: LossFn,
     return WindowResult(params, opt_state, delta, metrics)
 
   if not donate:
-    return jax.jit(window)
+    return jax.jit(window)  # Has `.lower` too.
   jitted = jax.jit(window, donate_argnums=(0, 1))
 
   def kernel(params, opt_state, batches):
@@ -105,5 +105,8 @@ def window_kernel(loss_fn: LossFn,
     params, opt_state = jax.tree.map(unalias, (params, opt_state))
     return jitted(params, opt_state, batches)
 
+  # Ahead-of-time compilation without running a window (`kernel.lower(...)
+  # .compile()`), e.g. to fill JAX's persistent compilation cache.
+  kernel.lower = jitted.lower
   return kernel
 

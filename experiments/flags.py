@@ -4,6 +4,7 @@ Every flag is validated when absl parses it, so a bad value ends the program
 with one line naming the flag and what it accepts, before any process starts.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -272,6 +273,40 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
     config.workdir = default_workdir(config.strategy, config.num_workers,
                                      config.communication_window)
   return config
+
+
+def resumed_config(flag_values: flags.FlagValues,
+                   workdir: str) -> config_lib.TrainConfig:
+  """The config of the run in `workdir`, with the flags given now on top.
+
+  `--resume --workdir=DIR` alone continues the run as it was configured; any
+  flag given explicitly (on the command line or in a --flagfile) overrides the
+  saved value, e.g. `--epochs` to train on for longer. Fields that must not
+  change (the model, the strategy, ...) are checked against the checkpoint by
+  the runtime.
+
+  Raises:
+    UsageError: when DIR/config.json is missing or is not a JSON object.
+  """
+  path = os.path.join(workdir, "config.json")
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+    if not isinstance(saved, dict):
+      raise ValueError("not a JSON object")
+    config = config_lib.TrainConfig.from_dict(saved)
+  except (OSError, ValueError, TypeError) as e:
+    raise UsageError(f"--resume: cannot read {path}: "
+                     f"{' '.join(str(e).split()) or type(e).__name__}") from None
+  given = {
+      name: flag_values[name].value
+      for name in config_lib.TrainConfig.__dataclass_fields__
+      if name in flag_values and flag_values[name].present
+  }
+  if "hidden_sizes" in given:
+    given["hidden_sizes"] = tuple(int(h) for h in given["hidden_sizes"])
+  given.update(workdir=workdir, resume=True)
+  return dataclasses.replace(config, **given)
 
 
 def write_config(config: config_lib.TrainConfig, workdir: str,

@@ -248,6 +248,8 @@ def main(argv):
   try:
     config = flags_lib.config_from_flags(FLAGS)
     flags_lib.check_workdir(config.workdir, config.resume)
+    if config.resume:
+      config = flags_lib.resumed_config(FLAGS, config.workdir)
   except flags_lib.UsageError as e:
     flags_lib.exit_with_error(program, e, status=2)
 

@@ -101,3 +101,6 @@ def test_cpu_workers_return_big_buffers_to_the_os():
   env = placement.worker_placement("cpu", 0, 40, cores=(0, 1)).env
   assert env["MALLOC_ARENA_MAX"] == "2"
   assert int(env["MALLOC_MMAP_THRESHOLD_"]) <= 2**20
+  # Workers with cores of their own keep glibc's faster defaults.
+  alone = placement.worker_placement("cpu", 0, 2, cores=(0, 1)).env
+  assert "MALLOC_MMAP_THRESHOLD_" not in alone

@@ -230,8 +230,8 @@ def test_resume_continues_the_interrupted_run(interrupted, tmp_path):
   num_train = len(data.load("digits", seed=0).x_train)
   windows = max(ckpt.meta["worker_commits"]) + 60
   epochs = windows * lam * batch * n / num_train + 1e-6
-  result = _cli(*TINY, f"--epochs={epochs}", f"--workdir={workdir}",
-                "--resume")
+  # Only what changes: every other setting comes from the run's config.json.
+  result = _cli(f"--epochs={epochs}", f"--workdir={workdir}", "--resume")
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["resumed_from_commit"] == ckpt.step

@@ -241,7 +241,7 @@ class _Worker:
       # load the executables instead of compiling the same kernels n times.
       if index != 0:
         self._wait_for("compiled")
-      self._warm_up(fns, jnp, x_shard.shape[1], lam, batch)
+      self._warm_up(fns, jnp, x_shard, y_shard, lam, batch)
       self.flags.set("compiled")
       self.timeline["compiled"] = time.time()
       ctx.events.put(("ready", {"time": time.time(), "worker": index,
@@ -288,15 +288,22 @@ class _Worker:
       commits += 1
     self._finish(commits, started)
 
-  def _warm_up(self, fns, jnp, input_dim, lam, batch):
-    """Runs every jitted piece once, on zeros: compiles it or loads it from the cache."""
+  def _warm_up(self, fns, jnp, x, y, lam, batch):
+    """Compiles every jitted piece, or loads it from the cache, without training.
+
+    The window kernel is compiled ahead of time rather than run: a run on
+    zeros would cost every worker a whole window of compute at start-up, and,
+    being asynchronous, would still be running when the first real window
+    starts. The small pieces are run, and waited for.
+    """
+    import jax
     center = jnp.zeros(self.transport.num_params, jnp.float32)
     params, opt_state = fns.init(center)
-    batches = (np.zeros((lam, batch, input_dim), np.float32),
-               np.zeros((lam, batch), np.int32))
-    result = fns.kernel(params, opt_state, batches)
-    _, params, opt_state = fns.commit(result.params, result.opt_state, center)
-    fns.pull(params, opt_state, center)
+    batches = (jax.ShapeDtypeStruct((lam, batch) + x.shape[1:], x.dtype),
+               jax.ShapeDtypeStruct((lam, batch) + y.shape[1:], y.dtype))
+    fns.kernel.lower(params, opt_state, batches).compile()
+    _, params, opt_state = fns.commit(params, opt_state, center)
+    jax.block_until_ready(fns.pull(params, opt_state, center))
 
   def _finish(self, commits, started: Optional[float]):
     """Reports this worker's share done: `commits` counts all its commits in the run."""
