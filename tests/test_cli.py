@@ -14,6 +14,7 @@ import pytest
 
 from agn_jax.config import TrainConfig
 from experiments import flags as flags_lib
+from helpers import assert_one_line_error, run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Small enough to finish in seconds on 2 cores, big enough to learn something.
@@ -21,19 +22,7 @@ TINY = ("--num_workers=2", "--communication_window=4", "--epochs=20",
         "--hidden_sizes=32", "--eval_every_seconds=0.5")
 
 
-def train(*args, timeout=120):
-  return subprocess.run([sys.executable, "-m", "experiments.train", *args],
-                        cwd=ROOT, capture_output=True, text=True,
-                        timeout=timeout)
-
-
-def assert_one_line_error(result):
-  assert result.returncode != 0
-  assert "Traceback" not in result.stderr, result.stderr
-  lines = result.stderr.strip().splitlines()
-  assert len(lines) == 1, result.stderr
-  assert lines[0].startswith("train: error:"), lines[0]
-  return lines[0]
+train = run_cli
 
 
 def snapshot(directory):

@@ -104,3 +104,11 @@ def test_cpu_workers_return_big_buffers_to_the_os():
   # Workers with cores of their own keep glibc's faster defaults.
   alone = placement.worker_placement("cpu", 0, 2, cores=(0, 1)).env
   assert "MALLOC_MMAP_THRESHOLD_" not in alone
+
+
+@pytest.mark.parametrize("platform,devices", [("cpu", ()), ("gpu", ("0",)),
+                                              ("tpu", ("0",))])
+def test_workers_yield_to_the_server(platform, devices):
+  p = placement.worker_placement(platform, 0, 1, devices=devices, cores=(0, 1))
+  assert p.nice == placement.WORKER_NICE > 0
+  assert placement.host_placement().nice == 0

@@ -17,11 +17,11 @@ import sys
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import RunError, train
+from helpers import assert_nothing_left, assert_one_line_error, run_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -38,22 +38,6 @@ def _config(tmp_path, **overrides):
 def _events(workdir):
   return [json.loads(line) for line in
           (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-
-
-def _assert_nothing_left(workdir):
-  """No process of the run alive (restarted ones included), no segment in /dev/shm."""
-  pids = json.loads((pathlib.Path(workdir) / "pids.json").read_text())
-  for pid in [pids["server"], pids["evaluator"], *pids["workers"],
-              *pids["restarted_workers"]]:
-    if psutil.pid_exists(pid):
-      assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
-  for name in pids["shm_segments"]:
-    assert not os.path.exists(f"/dev/shm/{name}"), name
-  children = [
-      c for c in psutil.Process().children(recursive=True)
-      if "resource_tracker" not in " ".join(c.cmdline())
-  ]
-  assert not children, children
 
 
 def _snapshot(directory):
@@ -134,7 +118,7 @@ def test_checkpoints_periodically_and_at_the_end(killed_run):
 
 
 def test_killed_run_leaves_nothing_behind(killed_run):
-  _assert_nothing_left(killed_run[1])
+  assert_nothing_left(killed_run[1])
 
 
 def test_failures_past_the_restart_budget_end_the_run(tmp_path, monkeypatch):
@@ -149,7 +133,7 @@ def test_failures_past_the_restart_budget_end_the_run(tmp_path, monkeypatch):
   restarts = [e for e in _events(tmp_path / "run")
               if e["event"] == "worker_restart"]
   assert len(restarts) == 1
-  _assert_nothing_left(tmp_path / "run")
+  assert_nothing_left(tmp_path / "run")
 
 
 # The CLI: interrupt, resume, bad resumes.
@@ -157,21 +141,6 @@ def test_failures_past_the_restart_budget_end_the_run(tmp_path, monkeypatch):
 TINY = ("--num_workers=2", "--communication_window=4", "--batch_size=32",
         "--hidden_sizes=32", "--learning_rate=3e-3", "--eval_every_seconds=0",
         "--checkpoint_every_seconds=0.5")
-
-
-def _cli(*args, timeout=120):
-  return subprocess.run([sys.executable, "-m", "experiments.train", *args],
-                        cwd=REPO, capture_output=True, text=True,
-                        timeout=timeout)
-
-
-def _one_line_error(result):
-  assert result.returncode != 0
-  assert "Traceback" not in result.stderr, result.stderr
-  lines = result.stderr.strip().splitlines()
-  assert len(lines) == 1, result.stderr
-  assert lines[0].startswith("train: error:"), lines[0]
-  return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +184,7 @@ def test_sigint_ends_the_cli_within_10_s_with_a_final_checkpoint(interrupted):
   ckpt = checkpoint.restore(str(workdir / "checkpoints"))
   assert ckpt.step == final["clock"] == summary["num_commits"]
   assert sum(ckpt.meta["worker_commits"]) == ckpt.step  # None rejected.
-  _assert_nothing_left(workdir)
+  assert_nothing_left(workdir)
 
 
 def test_resume_continues_the_interrupted_run(interrupted, tmp_path):
@@ -231,7 +200,7 @@ def test_resume_continues_the_interrupted_run(interrupted, tmp_path):
   windows = max(ckpt.meta["worker_commits"]) + 60
   epochs = windows * lam * batch * n / num_train + 1e-6
   # Only what changes: every other setting comes from the run's config.json.
-  result = _cli(f"--epochs={epochs}", f"--workdir={workdir}", "--resume")
+  result = run_cli(f"--epochs={epochs}", f"--workdir={workdir}", "--resume")
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["resumed_from_commit"] == ckpt.step
@@ -246,12 +215,12 @@ def test_resume_continues_the_interrupted_run(interrupted, tmp_path):
       range(ckpt.step + 1, summary["num_commits"] + 1))
   assert summary["worker_commits"] == [windows, windows]
   assert summary["num_commits"] == 2 * windows
-  _assert_nothing_left(workdir)
+  assert_nothing_left(workdir)
 
 
 def test_resume_from_a_missing_workdir(tmp_path):
   workdir = tmp_path / "nope"
-  line = _one_line_error(_cli(*TINY, f"--workdir={workdir}", "--resume"))
+  line = assert_one_line_error(run_cli(*TINY, f"--workdir={workdir}", "--resume"))
   assert "no run to resume" in line
   assert not workdir.exists()
   # The library says so too, before anything is written.
@@ -273,8 +242,8 @@ def test_resume_from_a_corrupt_checkpoint(interrupted, tmp_path):
         with open(os.path.join(parent, name), "wb") as f:
           f.write(b"\x00garbage")
   before = _snapshot(workdir)
-  result = _cli(*TINY, "--epochs=1000", f"--workdir={workdir}", "--resume")
-  line = _one_line_error(result)
+  result = run_cli(*TINY, "--epochs=1000", f"--workdir={workdir}", "--resume")
+  line = assert_one_line_error(result)
   assert result.returncode == 1
   assert "cannot resume" in line and "corrupt" in line
   assert _snapshot(workdir) == before
@@ -285,9 +254,9 @@ def test_resume_with_a_different_model(interrupted, tmp_path):
   shutil.copytree(interrupted[0], workdir)
   before = _snapshot(workdir)
   args = [a for a in TINY if not a.startswith("--hidden_sizes")]
-  result = _cli(*args, "--hidden_sizes=64", "--epochs=1000",
+  result = run_cli(*args, "--hidden_sizes=64", "--epochs=1000",
                 f"--workdir={workdir}", "--resume")
-  line = _one_line_error(result)
+  line = assert_one_line_error(result)
   assert result.returncode == 1
   assert "different run" in line and "hidden_sizes" in line
   assert _snapshot(workdir) == before

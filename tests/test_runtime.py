@@ -12,12 +12,12 @@ import time
 import jax
 import numpy as np
 import optax
-import psutil
 import pytest
 
 from agn_jax import TrainConfig, build, data
 from agn_jax.runtime import RunError, train
 from agn_jax.runtime.worker import BatchSampler
+from helpers import assert_nothing_left
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -29,21 +29,6 @@ def _config(tmp_path, **overrides):
                 workdir=str(tmp_path / "run"))
   values.update(overrides)
   return TrainConfig(**values)
-
-
-def _assert_nothing_left(workdir):
-  """No process of the run alive, no segment of the run in /dev/shm."""
-  pids = json.loads((pathlib.Path(workdir) / "pids.json").read_text())
-  for pid in [pids["server"], pids["evaluator"], *pids["workers"]]:
-    if psutil.pid_exists(pid):
-      assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
-  for name in pids["shm_segments"]:
-    assert not os.path.exists(f"/dev/shm/{name}"), name
-  children = [
-      c for c in psutil.Process().children(recursive=True)
-      if "resource_tracker" not in " ".join(c.cmdline())
-  ]
-  assert not children, children
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +87,7 @@ def test_workdir_files_and_progress_events(agn_run):
 
 
 def test_normal_run_leaves_nothing_behind(agn_run):
-  _assert_nothing_left(agn_run[1])
+  assert_nothing_left(agn_run[1])
 
 
 def test_one_worker_agn_equals_lookahead(tmp_path):
@@ -155,7 +140,7 @@ def test_non_finite_commit_is_rejected_and_training_goes_on(
   assert lines[rejected]["worker"] == 1
   assert any(e["event"] == "commit" and e["worker"] == 1
              for e in lines[rejected + 1:])
-  _assert_nothing_left(tmp_path / "run")
+  assert_nothing_left(tmp_path / "run")
 
 
 def test_exception_in_a_worker_without_restarts_ends_the_run_cleanly(
@@ -166,7 +151,7 @@ def test_exception_in_a_worker_without_restarts_ends_the_run_cleanly(
                      r"\(--max_worker_restarts=0\)$"):
     train(_config(tmp_path, num_workers=2, hidden_sizes=(16,), epochs=50.0,
                   max_worker_restarts=0))
-  _assert_nothing_left(tmp_path / "run")
+  assert_nothing_left(tmp_path / "run")
 
 
 def test_bad_config_fails_before_any_process_starts(tmp_path):
@@ -208,4 +193,4 @@ def test_signal_to_the_launcher_ends_every_process(tmp_path, signum):
   assert "KeyboardInterrupt" in stderr
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["interrupted"] is True
-  _assert_nothing_left(workdir)
+  assert_nothing_left(workdir)

