@@ -256,6 +256,20 @@ def _machine():
       device_count=jax.device_count())
 
 
+def _record(out, prefix, runners, rates, best):
+  """Adds `<prefix>agn/plain_samples_per_s`, `<prefix>ratio` and the diagnostics."""
+  out[f"{prefix}agn_samples_per_s"] = rates["agn"]
+  out[f"{prefix}plain_samples_per_s"] = rates["plain"]
+  out[f"{prefix}ratio"] = rates["agn"] / rates["plain"]
+  # Fastest repetition of each: less sensitive to other load on the machine.
+  out[f"{prefix}ratio_best"] = best["agn"] / best["plain"]
+  for name in runners:
+    if name not in ("agn", "plain"):
+      out[f"{prefix}{name}_samples_per_s"] = rates[name]
+      out[f"{prefix}{name}_ratio"] = rates[name] / rates["plain"]
+      out[f"{prefix}{name}_ratio_best"] = best[name] / best["plain"]
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--window", type=int, default=40, help="λ, local steps per window")
@@ -287,16 +301,7 @@ def main(argv=None):
                                 args.warmup, lam * args.batch_size)
     out["params"] = n
     out["model_source"] = source
-    out["agn_samples_per_s"] = rates["agn"]
-    out["plain_samples_per_s"] = rates["plain"]
-    out["ratio"] = rates["agn"] / rates["plain"]
-    # Fastest repetition of each: less sensitive to other load on the machine.
-    out["ratio_best"] = best["agn"] / best["plain"]
-    for name in runners:
-      if name not in ("agn", "plain"):
-        out[f"{name}_samples_per_s"] = rates[name]
-        out[f"{name}_ratio"] = rates[name] / rates["plain"]
-        out[f"{name}_ratio_best"] = best[name] / best["plain"]
+    _record(out, "", runners, rates, best)
     if args.raw:
       out["times_s"] = times
     del runners
@@ -309,14 +314,7 @@ def main(argv=None):
                                 args.small_reps, args.warmup,
                                 lam * args.small_batch_size)
     out["small_params"] = sum(x.size for x in jax.tree.leaves(params))
-    out["small_agn_samples_per_s"] = rates["agn"]
-    out["small_plain_samples_per_s"] = rates["plain"]
-    out["small_ratio"] = rates["agn"] / rates["plain"]
-    out["small_ratio_best"] = best["agn"] / best["plain"]
-    for name in runners:
-      if name not in ("agn", "plain"):
-        out[f"small_{name}_samples_per_s"] = rates[name]
-        out[f"small_{name}_ratio"] = rates[name] / rates["plain"]
+    _record(out, "small_", runners, rates, best)
     if args.raw:
       out["small_times_s"] = times
 

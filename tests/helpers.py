@@ -42,3 +42,15 @@ def assert_nothing_left(workdir):
       if "resource_tracker" not in " ".join(c.cmdline())
   ]
   assert not children, children
+
+
+def snapshot(directory):
+  """{relative path: (bytes, mtime)} of every file under `directory`."""
+  files = {}
+  for parent, _, names in os.walk(directory):
+    for name in names:
+      path = os.path.join(parent, name)
+      with open(path, "rb") as f:
+        files[os.path.relpath(path, directory)] = (f.read(),
+                                                   os.stat(path).st_mtime_ns)
+  return files

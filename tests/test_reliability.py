@@ -21,7 +21,7 @@ import pytest
 
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import RunError, train
-from helpers import assert_nothing_left, assert_one_line_error, run_cli
+from helpers import assert_nothing_left, assert_one_line_error, run_cli, snapshot
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -38,18 +38,6 @@ def _config(tmp_path, **overrides):
 def _events(workdir):
   return [json.loads(line) for line in
           (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-
-
-def _snapshot(directory):
-  """{relative path: (bytes, mtime)} of every file under `directory`."""
-  files = {}
-  for parent, _, names in os.walk(directory):
-    for name in names:
-      path = os.path.join(parent, name)
-      with open(path, "rb") as f:
-        files[os.path.relpath(path, directory)] = (f.read(),
-                                                   os.stat(path).st_mtime_ns)
-  return files
 
 
 @pytest.fixture(scope="module")
@@ -241,25 +229,25 @@ def test_resume_from_a_corrupt_checkpoint(interrupted, tmp_path):
       if "state" in parent:
         with open(os.path.join(parent, name), "wb") as f:
           f.write(b"\x00garbage")
-  before = _snapshot(workdir)
+  before = snapshot(workdir)
   result = run_cli(*TINY, "--epochs=1000", f"--workdir={workdir}", "--resume")
   line = assert_one_line_error(result)
   assert result.returncode == 1
   assert "cannot resume" in line and "corrupt" in line
-  assert _snapshot(workdir) == before
+  assert snapshot(workdir) == before
 
 
 def test_resume_with_a_different_model(interrupted, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(interrupted[0], workdir)
-  before = _snapshot(workdir)
+  before = snapshot(workdir)
   args = [a for a in TINY if not a.startswith("--hidden_sizes")]
   result = run_cli(*args, "--hidden_sizes=64", "--epochs=1000",
                 f"--workdir={workdir}", "--resume")
   line = assert_one_line_error(result)
   assert result.returncode == 1
   assert "different run" in line and "hidden_sizes" in line
-  assert _snapshot(workdir) == before
+  assert snapshot(workdir) == before
 
 
 def test_nothing_is_ever_loaded_with_pickle():
