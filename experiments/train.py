@@ -23,6 +23,7 @@ import numpy as np
 import tqdm
 
 from agn_jax.config import TrainConfig
+from agn_jax import runtime
 from experiments import compare
 from experiments import flags as flags_lib
 
@@ -31,18 +32,9 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
-class Terminated(KeyboardInterrupt):
-  """SIGTERM, raised like Ctrl-C so the runtime shuts its processes down."""
-
-
 def was_terminated(interrupt: KeyboardInterrupt) -> bool:
-  """Whether an interrupt came from SIGTERM rather than Ctrl-C.
-
-  Outside `runtime.train` our own handler raises `Terminated`; inside it the
-  runtime's handler raises `KeyboardInterrupt("received signal 15")`.
-  """
-  return isinstance(interrupt, Terminated) or str(interrupt).endswith(
-      f"signal {int(signal.SIGTERM)}")
+  """Whether an interrupt came from SIGTERM rather than Ctrl-C."""
+  return isinstance(interrupt, runtime.Terminated)
 
 
 @contextlib.contextmanager
@@ -51,7 +43,7 @@ def sigterm_as_interrupt():
 
   def handler(signum, frame):
     del signum, frame
-    raise Terminated()
+    raise runtime.Terminated()
 
   try:
     previous = signal.signal(signal.SIGTERM, handler)
@@ -212,7 +204,6 @@ def train_and_report(config: TrainConfig,
     runtime has cleaned up.
   """
   if train_fn is None:
-    from agn_jax import runtime  # pylint: disable=g-import-not-at-top
     train_fn = runtime.train
   bar = ProgressBar(config, enabled=show_progress)
   try:
@@ -253,9 +244,6 @@ def main(argv):
   except flags_lib.UsageError as e:
     flags_lib.exit_with_error(program, e, status=2)
 
-  # The runtime (multiprocess, shared memory) loads only for a run that
-  # will happen.
-  from agn_jax import runtime  # pylint: disable=g-import-not-at-top
   existed = os.path.exists(config.workdir)
 
   with sigterm_as_interrupt():

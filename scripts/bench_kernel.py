@@ -98,10 +98,7 @@ def _agn_select(inner, window):
   and selected elementwise.
   """
 
-  def init_fn(params):
-    return transform.AGNState(inner.init(params), params,
-                              jnp.zeros([], jnp.int32),
-                              optax.tree_utils.tree_zeros_like(params))
+  init_fn = transform.agn(inner, window).init
 
   def update_fn(updates, state, params):
     updates, inner_state = inner.update(updates, state.inner_state, params)
@@ -130,10 +127,7 @@ def _agn_cond(inner, window):
   the commit in a 0-or-1-trip `while_loop`, which updates its carry in place.
   """
 
-  def init_fn(params):
-    return transform.AGNState(inner.init(params), params,
-                              jnp.zeros([], jnp.int32),
-                              optax.tree_utils.tree_zeros_like(params))
+  init_fn = transform.agn(inner, window).init
 
   def update_fn(updates, state, params):
     updates, inner_state = inner.update(updates, state.inner_state, params)

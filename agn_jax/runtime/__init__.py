@@ -4,12 +4,13 @@
 backend (a deterministic simulator, multi-host) plugs in.
 """
 
-from agn_jax.runtime.launcher import RunError, train
+from agn_jax.runtime.launcher import RunError, Terminated, train
 from agn_jax.runtime.placement import Placement, host_placement, worker_placement
 from agn_jax.runtime.transport import (CommitHeader, SharedMemoryTransport,
                                        Transport, WorkerDone)
 
 __all__ = [
     "CommitHeader", "Placement", "RunError", "SharedMemoryTransport",
-    "Transport", "WorkerDone", "host_placement", "train", "worker_placement",
+    "Terminated", "Transport", "WorkerDone", "host_placement", "train",
+    "worker_placement",
 ]

@@ -74,9 +74,13 @@ def _spawn_environment(placement: placement_lib.Placement):
       signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised like Ctrl-C so that a run shuts down the same way."""
+
+
 def _raise_interrupt(signum, frame):
   del frame
-  raise KeyboardInterrupt(f"received signal {signum}")
+  raise Terminated(f"received signal {signum}")
 
 
 def _check_config(config: TrainConfig) -> None:
