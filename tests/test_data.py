@@ -81,6 +81,46 @@ def test_read_idx_rejects_malformed_files(tmp_path, payload, message, gz):
   assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_idx_empty_file_names_its_path(tmp_path, gz):
+  path = str(tmp_path / "train-images-idx3-ubyte") + (".gz" if gz else "")
+  with open(path, "wb") as f:
+    f.write(gzip.compress(b"") if gz else b"")
+  with pytest.raises(data.DataError) as info:
+    idx.read_idx(path, expected_ndim=3)
+  assert str(info.value).startswith(f"{path}: ")
+  assert "empty" in str(info.value) or "too short" in str(info.value)
+
+
+def test_read_idx_refuses_a_header_without_items(tmp_path):
+  # A header declaring 0 images used to load as an empty array and fail
+  # later in a reshape that named no file.
+  path = write(tmp_path / "images", idx_bytes(np.zeros((0, 28, 28), np.uint8)))
+  with pytest.raises(data.DataError, match=r"dims \(0, 28, 28\): no data") as e:
+    idx.read_idx(path, expected_ndim=3)
+  assert path in str(e.value)
+
+
+def test_read_idx_absurd_dimensions_give_declared_and_actual_size(tmp_path):
+  header = struct.pack(">BBBB", 0, 0, 0x08, 3)
+  header += struct.pack(">3I", 2**31, 2**16, 2**16)
+  path = write(tmp_path / "forged", header + bytes(100))
+  with pytest.raises(data.DataError) as info:
+    idx.read_idx(path, expected_ndim=3)
+  message = str(info.value)
+  assert path in message and "\n" not in message
+  assert "dims (2147483648, 65536, 65536)" in message
+  assert f"{2**63} bytes" in message  # Declared: exact, no wrap-around.
+  assert "holds 100 bytes" in message  # Actual.
+  assert "9223372036854775908" not in message
+  # The same header with a 4-byte type (2^65 bytes) too.
+  header = struct.pack(">BBBB", 0, 0, 0x0C, 3)
+  header += struct.pack(">3I", 2**31, 2**16, 2**16)
+  path = write(tmp_path / "forged32", header + bytes(8))
+  with pytest.raises(data.DataError, match=f"{2**65} bytes.*holds 8 bytes"):
+    idx.read_idx(path)
+
+
 def test_read_idx_rejects_wrong_dimension_count(tmp_path):
   path = write(tmp_path / "labels", idx_bytes(np.zeros(3, np.uint8)))
   with pytest.raises(data.DataError, match=r"0x00000801 declares 1 dim.*"

@@ -1,6 +1,7 @@
 """A strict parser for the IDX format of the MNIST files, raw or gzipped."""
 
 import gzip
+import math
 import os
 import zlib
 
@@ -29,6 +30,8 @@ def _read_bytes(path: str) -> bytes:
   except OSError as e:
     raise DataError(
         f"{path}: cannot read IDX file ({e.strerror or e})") from None
+  if not raw:
+    raise DataError(f"{path}: empty file (0 bytes), not an IDX file")
   # Sniff the content rather than trust the suffix: people gunzip files and
   # keep the name, or the other way round.
   if raw[:2] == _GZIP_MAGIC:
@@ -88,13 +91,16 @@ def read_idx(path: str, expected_ndim: Optional[int] = None) -> np.ndarray:
                     f"{ndim} dimensions need {header_len})")
   dims = tuple(int(d) for d in np.frombuffer(data, ">u4", ndim, offset=4))
   dtype = _DTYPES[type_byte]
-  expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+  if 0 in dims:
+    raise DataError(f"{path}: IDX header declares dims {dims}: no data")
+  # Python ints: a forged header (2^31, 2^16, 2^16) must not overflow.
+  expected = math.prod(dims) * dtype.itemsize
   got = len(data) - header_len
-  if got < expected:
-    raise DataError(f"{path}: truncated IDX data: dims {dims} need {expected} "
-                    f"bytes, file has {got}")
-  if got > expected:
-    raise DataError(f"{path}: {got - expected} unexpected trailing bytes after "
-                    f"IDX data of dims {dims}")
+  if got != expected:
+    kind = ("truncated IDX data" if got < expected else
+            "trailing bytes after the IDX data")
+    raise DataError(f"{path}: {kind}: header declares dims {dims}, "
+                    f"{expected} bytes; the file holds {got} bytes after "
+                    "the header")
   array = np.frombuffer(data, dtype, offset=header_len).reshape(dims)
   return array.astype(dtype.newbyteorder("="))
