@@ -50,7 +50,7 @@ def _server(transport, requests, replies, reps):
   center = np.zeros(transport.num_params, np.float32)
   transport.publish(center, 0)
   for rep in range(reps):
-    header = transport.next_commit(timeout=60)
+    header = transport.next_slot(timeout=60)
     # What the server does with a commit, less the arithmetic: read the slot
     # into the center and publish it.
     np.copyto(center, transport.slot(header.slot)[0])
@@ -87,7 +87,7 @@ def main():
       t = time.perf_counter()
       slot = transport.acquire_slot(0, timeout=60)
       np.copyto(transport.slot(slot)[0], delta)
-      transport.commit(CommitHeader(slot, 0, rep, 0.0, 0.0, 0.0))
+      transport.queue_slot(CommitHeader(slot, 0, rep, 0.0, 0.0, 0.0))
       transport.wait_acknowledged(0, rep + 1, timeout=60)
       transport.pull(pulled)
       shm_s = time.perf_counter() - t

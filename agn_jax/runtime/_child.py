@@ -20,7 +20,7 @@ class RunContext(NamedTuple):
     config: `TrainConfig.to_dict()` (every process rebuilds the same parts).
     data: the `SharedArrays` with x_train, y_train, x_test, y_test.
     transport: the `Transport` to the center and the commit ring.
-    events: queue of `(kind, dict)` events to the launcher (server and
+    events: queue of `events` records to the launcher (server and
       evaluator; each worker gets its own `EventPipe` instead).
     flags: the run's `shm.Flags`: `stop` (workers finish their window and
       report done), `abort` (everyone leaves now), `go` (every worker is
@@ -96,16 +96,18 @@ def parent_alive(ctx: RunContext) -> bool:
   return os.getppid() == ctx.parent_pid
 
 
+class Diverged(RuntimeError):
+  """A worker's commits were non-finite again and again: restarting it would not help."""
+
+
 def report_failure(ctx: RunContext, role: str, error: BaseException) -> None:
   """Sends a failure to the launcher: one line plus the traceback."""
+  from agn_jax.runtime import events
   line = f"{type(error).__name__}: {error}".splitlines()[0] if str(
       error) else type(error).__name__
   try:
-    ctx.events.put(("error", {
-        "role": role,
-        "message": line,
-        "traceback": traceback.format_exc(),
-    }))
+    ctx.events.put(events.Failed(role, line, traceback.format_exc(),
+                                 fatal=isinstance(error, Diverged)))
   except Exception:  # The launcher may be gone already.
     pass
 

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from agn_jax.runtime import _child
+from agn_jax.runtime import events
 
 
 def evaluator_main(ctx: _child.RunContext, placement) -> None:
@@ -34,10 +35,8 @@ def _evaluate_loop(ctx):
     clock = ctx.transport.pull(buffer)
     loss, accuracy = models.evaluate(model.apply, unravel(buffer), x_test,
                                      y_test)
-    ctx.events.put(("eval", {
-        "time": time.time(), "clock": clock, "loss": loss,
-        "accuracy": accuracy, "final": is_final,
-    }))
+    ctx.events.put(events.Evaluated(time.time(), clock, float(loss),
+                                    float(accuracy), is_final))
 
   period = config.eval_every_seconds
   if period and period > 0:

@@ -10,7 +10,8 @@ import time
 import numpy as np
 
 from agn_jax.runtime import _child
-from agn_jax.runtime.transport import WorkerDone
+from agn_jax.runtime import events
+from agn_jax.runtime.transport import payload_is_finite
 
 _POLL_SECONDS = 0.2
 
@@ -74,7 +75,7 @@ class _Server:
       checkpoint.check_resumable(ckpt, self.ctx.config, self.layout.metadata(),
                                  jax.tree.leaves(template_state))
     except checkpoint.CheckpointError as e:
-      self.ctx.events.put(("resume_error", {"message": str(e)}))
+      self.ctx.events.put(events.ResumeFailed(str(e)))
       return None
     leaves = [
         jnp.asarray(x, dtype=t.dtype)
@@ -108,10 +109,9 @@ class _Server:
       self.saved_step = ckpt.step
       for w, count in enumerate(ckpt.meta["worker_commits"]):
         transport.set_acknowledged(w, count)
-      ctx.events.put(("restored", {
-          "clock": self.clock, "metrics_offset": ckpt.meta.get(
-              "metrics_offset"), "rejected_commits": self.rejected,
-          "worker_commits": ckpt.meta["worker_commits"]}))
+      ctx.events.put(events.Restored(
+          self.clock, ckpt.meta.get("metrics_offset"), self.rejected,
+          list(ckpt.meta["worker_commits"])))
     center = jnp.asarray(initial)
     apply = server_apply_fn(strategy, layout)
     transport.publish(initial, clock=self.clock)
@@ -121,7 +121,7 @@ class _Server:
     zeros = tuple(
         np.zeros(layout.num_params, np.float32) for _ in strategy.payload)
     jax.block_until_ready(apply(jnp.array(center), zeros, state, np.int32(0)))
-    ctx.events.put(("ready", {"time": time.time(), "role": "server"}))
+    ctx.events.put(events.ServerReady(time.time()))
 
     period = config.checkpoint_every_seconds
     saved_at, saved_clock = time.monotonic(), self.clock
@@ -137,47 +137,32 @@ class _Server:
           if self._leaving():
             return
           continue
-        if isinstance(message, WorkerDone):
+        if isinstance(message, events.WorkerDone):
           done[message.worker] = message
           continue
-        payload = transport.slot(message.slot)
-        if not np.isfinite(payload).all():
-          # A diverged worker must not poison the center; it pulls again anyway.
+        meta = message.meta
+        if not payload_is_finite(message.payload):
+          # A diverged worker must not poison the center; it starts afresh.
           self.rejected += 1
-          transport.acknowledge(message.worker)
-          transport.free_slot(message.slot)
-          ctx.events.put(("rejected", {
-              "time": time.time(), "worker": message.worker,
-              "clock": self.clock}))
+          transport.release(message)
+          ctx.events.put(events.Rejected(time.time(), meta.worker, self.clock))
           continue
-        staleness = self.clock - message.clock
-        center, state = apply(center, tuple(payload), state,
+        staleness = self.clock - meta.clock
+        center, state = apply(center, tuple(message.payload), state,
                               np.int32(staleness))
-        host = np.asarray(center)  # Waits for the result: the slot is read.
+        host = np.asarray(center)  # Waits for the result: the payload is read.
         self.clock += 1
         transport.publish(host, self.clock)
-        # Acknowledge before freeing: once no slot of a worker is in flight,
-        # its counter is final (a restarted worker reads it as its progress).
-        transport.acknowledge(message.worker)
-        transport.free_slot(message.slot)
+        transport.release(message)
         del host  # No view may outlive the buffer, which the next apply donates.
-        ctx.events.put(("commit", {
-            "time": time.time(),
-            "worker": message.worker,
-            "clock": self.clock,
-            "staleness": staleness,
-            "loss": message.loss,
-            "accuracy": message.accuracy,
-        }))
+        ctx.events.put(events.Committed(time.time(), meta.worker, self.clock,
+                                        staleness, meta.loss, meta.accuracy))
       self._save(center, state, final=True)
     finally:
       self.checkpointer.close()
-    ctx.events.put(("server_done", {
-        "time": time.time(), "num_commits": self.clock,
-        "rejected_commits": self.rejected,
-        "acknowledged": [transport.acknowledged(w)
-                         for w in range(config.num_workers)],
-    }))
+    ctx.events.put(events.ServerDone(
+        time.time(), self.clock, self.rejected,
+        [transport.acknowledged(w) for w in range(config.num_workers)]))
 
   def _metrics_offset(self):
     """Asks the launcher how far metrics.jsonl goes once every event up to now is in it.
@@ -185,7 +170,7 @@ class _Server:
     This server's events reach the launcher in order, so the answer covers
     every commit in the center being saved; commits wait meanwhile.
     """
-    self.ctx.events.put(("checkpoint_request", {"clock": self.clock}))
+    self.ctx.events.put(events.CheckpointRequest(self.clock))
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline and not self._leaving():
       if self.replies.poll(0.05):
@@ -215,6 +200,5 @@ class _Server:
                            [np.array(x) for x in jax.tree.leaves(state)],
                            meta)
     self.saved_step = self.clock
-    self.ctx.events.put(("checkpoint", {
-        "time": time.time(), "clock": self.clock, "final": final,
-        "seconds": time.monotonic() - t0}))
+    self.ctx.events.put(events.CheckpointSaved(
+        time.time(), self.clock, final, time.monotonic() - t0))

@@ -8,18 +8,18 @@ the strategies, the server loop or the worker loop.
 import abc
 import os
 import time
-from typing import Any, Dict, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
 from agn_jax.runtime import shm
+from agn_jax.runtime.events import WorkerDone
 
 
-class CommitHeader(NamedTuple):
-  """The small metadata that travels with a commit; the payload stays in its slot.
+class CommitMeta(NamedTuple):
+  """What travels with a commit's payload, whatever the backend.
 
   Attributes:
-    slot: index of the ring slot that holds the payload.
     worker: the committing worker's index.
     clock: the server clock of the center the commit's window started from
       (commit-then-pull) or that the commit was computed against
@@ -28,6 +28,26 @@ class CommitHeader(NamedTuple):
     accuracy: the worker's mean local accuracy over the window.
     time: `time.time()` when the worker committed.
   """
+  worker: int
+  clock: int
+  loss: float
+  accuracy: float
+  time: float
+
+
+class Commit(NamedTuple):
+  """A commit as the server takes it: its meta and its `[payload_size, num_params]` payload.
+
+  `handle` is the backend's own reference (a ring slot, an object ref); the
+  server passes the commit back to `Transport.release` once it is handled.
+  """
+  meta: CommitMeta
+  payload: np.ndarray
+  handle: Any = None
+
+
+class CommitHeader(NamedTuple):
+  """The shared-memory ring's header of a commit: its slot and its `CommitMeta` fields."""
   slot: int
   worker: int
   clock: int
@@ -36,40 +56,28 @@ class CommitHeader(NamedTuple):
   time: float
 
 
-class WorkerDone(NamedTuple):
-  """A worker's last message: it has used its data share (or was stopped).
-
-  Attributes:
-    worker: the worker's index.
-    num_commits: commits it pushed (rejected ones included).
-    num_samples: training samples in those commits' windows.
-    stats: anything else worth reporting (peak RSS, start-up time).
-  """
-  worker: int
-  num_commits: int
-  num_samples: int
-  stats: Dict[str, Any]
+Message = Union[Commit, WorkerDone]
 
 
-Message = Union[CommitHeader, WorkerDone]
+def payload_is_finite(payload) -> bool:
+  """Whether every number of a commit's payload is finite: the server applies only those."""
+  return all(np.isfinite(np.asarray(vector)).all() for vector in payload)
 
 
 class Transport(abc.ABC):
-  """The center, the commit ring and the commit queue, as the runtime sees them.
+  """What the server and the workers need from a backend, and nothing of how it moves bytes.
 
-  One server publishes the center and consumes commits FIFO; any number of
-  workers pull the center and push commits. `create` happens in the launcher;
-  a child process attaches by receiving the transport as a `Process` argument.
+  One server publishes the center and takes commits in FIFO order; any
+  number of workers pull the center and commit payloads. A backend's
+  supervisor also uses the last group of methods after a worker died.
 
   Attributes:
     num_params: length of the flat float32 center.
     payload_size: flat vectors per commit (`len(strategy.payload)`).
-    num_slots: capacity of the commit ring.
   """
 
   num_params: int
   payload_size: int
-  num_slots: int
 
   # Server side.
   @abc.abstractmethod
@@ -78,19 +86,11 @@ class Transport(abc.ABC):
 
   @abc.abstractmethod
   def next_commit(self, timeout: Optional[float]) -> Optional[Message]:
-    """The oldest unprocessed message, or None after `timeout` seconds."""
+    """The oldest unhandled `Commit`, a `WorkerDone`, or None after `timeout` seconds."""
 
   @abc.abstractmethod
-  def slot(self, index: int) -> np.ndarray:
-    """The `[payload_size, num_params]` float32 storage of ring slot `index`."""
-
-  @abc.abstractmethod
-  def free_slot(self, index: int) -> None:
-    """Returns a slot to the ring once the server is done with its payload."""
-
-  @abc.abstractmethod
-  def acknowledge(self, worker: int) -> None:
-    """Marks one more of `worker`'s commits as handled (applied or rejected)."""
+  def release(self, commit: Commit) -> None:
+    """The server handled `commit` (applied or rejected): count it for its worker, free its storage."""
 
   # Worker side.
   @abc.abstractmethod
@@ -104,13 +104,9 @@ class Transport(abc.ABC):
     """
 
   @abc.abstractmethod
-  def acquire_slot(self, worker: int,
-                   timeout: Optional[float]) -> Optional[int]:
-    """A free slot for `worker` to fill, or None after `timeout` (backpressure)."""
-
-  @abc.abstractmethod
-  def commit(self, header: CommitHeader) -> None:
-    """Hands a filled slot to the server."""
+  def commit(self, payload: Sequence[np.ndarray], meta: CommitMeta,
+             timeout: Optional[float]) -> bool:
+    """Queues a commit for the server; False if there was no room within `timeout` (backpressure)."""
 
   @abc.abstractmethod
   def wait_acknowledged(self, worker: int, count: int,
@@ -126,13 +122,13 @@ class Transport(abc.ABC):
   def finish(self, done: WorkerDone) -> None:
     """Tells the server this worker will commit no more (after its commits)."""
 
-  # Supervisor side (a worker died).
+  # Supervisor side.
   @abc.abstractmethod
   def reclaim(self, worker: int) -> int:
-    """Frees the slots a dead `worker` acquired but never committed; returns how many.
+    """Drops what a dead `worker` started but never committed; returns how many.
 
-    Call only once the worker's process has ended. A slot it committed is
-    complete and is applied normally.
+    Call only once the worker has ended. A commit it queued is complete and
+    is applied normally.
     """
 
   @abc.abstractmethod
@@ -337,6 +333,32 @@ class SharedMemoryTransport(Transport):
     h[_ACTIVE] = b
 
   def next_commit(self, timeout):
+    message = self.next_slot(timeout)
+    if not isinstance(message, CommitHeader):
+      return message
+    meta = CommitMeta(*message[1:])
+    return Commit(meta, self._slots[message.slot], message.slot)
+
+  def release(self, commit):
+    # Acknowledge before freeing: once no slot of a worker is in flight, its
+    # counter is final (a restarted worker reads it as its progress).
+    self.acknowledge(commit.meta.worker)
+    self.free_slot(commit.handle)
+
+  def commit(self, payload, meta, timeout):
+    slot = self.acquire_slot(meta.worker, timeout)
+    if slot is None:
+      return False
+    view = self._slots[slot]
+    for i, vector in enumerate(payload):
+      np.copyto(view[i], np.asarray(vector))
+    self.queue_slot(CommitHeader(slot, *meta))
+    return True
+
+  # The ring itself: what `commit` and `next_commit` are made of.
+
+  def next_slot(self, timeout) -> Optional[Union[CommitHeader, WorkerDone]]:
+    """The oldest QUEUED slot's header (now APPLYING), a `WorkerDone`, or None after `timeout`."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
       # Done flags first: a worker queues its last commit before it sets its
@@ -363,13 +385,16 @@ class SharedMemoryTransport(Transport):
       self._doorbell.acquire(True, wait)
 
   def slot(self, index):
+    """The `[payload_size, num_params]` float32 storage of ring slot `index`."""
     return self._slots[index]
 
   def free_slot(self, index):
+    """Returns a slot to the ring once the server is done with its payload."""
     self._owner[index] = -1
     self._phase[index] = _FREE
 
   def acknowledge(self, worker):
+    """Counts one more of `worker`'s commits as handled."""
     # Only the server writes a counter; a worker only reads its own.
     self._acks[worker] += 1
 
@@ -400,7 +425,8 @@ class SharedMemoryTransport(Transport):
       np.copyto(out, self._buffers[b])
       return int(h[_CLOCK + b])
 
-  def acquire_slot(self, worker, timeout):
+  def acquire_slot(self, worker, timeout) -> Optional[int]:
+    """A FREE slot now FILLING for `worker`, or None after `timeout` (backpressure)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pause = 1e-5
     while True:
@@ -417,7 +443,8 @@ class SharedMemoryTransport(Transport):
       time.sleep(pause)
       pause = min(pause * 2, 1e-3)
 
-  def commit(self, header):
+  def queue_slot(self, header: CommitHeader) -> None:
+    """Hands a filled slot to the server, behind every slot queued before it."""
     i = header.slot
     self._clock[i] = header.clock
     self._floats[:, i] = (header.loss, header.accuracy, header.time)

@@ -11,9 +11,13 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from agn_jax.runtime import _child
-from agn_jax.runtime.transport import CommitHeader, WorkerDone
+from agn_jax.runtime import events
+from agn_jax.runtime.transport import CommitMeta, payload_is_finite
 
 _POLL_SECONDS = 0.1
+# A worker whose commits are rejected (non-finite) this many times in a row,
+# each time from a fresh start at the center, fails the run.
+MAX_REJECTED_IN_A_ROW = 3
 
 
 def shard_bounds(num_examples: int, num_workers: int,
@@ -178,27 +182,25 @@ class _Worker:
     # A fresh buffer per pull: the device array may alias host memory on CPU.
     return clock, jnp.asarray(buffer)
 
-  def _push(self, payload, clock, loss, accuracy, window) -> bool:
-    """Writes the payload into a free slot and commits it; False if stopped.
-
-    The slot is filled completely before `commit` queues it: a worker that
-    dies before that leaves a slot the supervisor reclaims, never a
-    half-written commit the server would apply.
-    """
-    slot = None
-    while slot is None:
-      slot = self.transport.acquire_slot(self.index, timeout=_POLL_SECONDS)
-      # A finished window is still committed after a stop, unless the ring
-      # stays full (the server may be gone).
-      if slot is None and self._stopping():
-        return False
-    view = self.transport.slot(slot)
-    for i, vector in enumerate(payload):
-      np.copyto(view[i], np.asarray(vector))
+  def _payload(self, vectors, window):
+    """The commit's payload on the host (what crosses the process boundary)."""
+    payload = tuple(np.asarray(v) for v in vectors)
     if self.fault and self.fault.kind == "nan" and window == self.fault.window:
-      view[0, 0] = np.nan
-    self.transport.commit(
-        CommitHeader(slot, self.index, clock, loss, accuracy, time.time()))
+      payload = (np.full_like(payload[0], np.nan),) + payload[1:]
+    return payload
+
+  def _push(self, payload, clock, loss, accuracy) -> bool:
+    """Commits the payload, waiting for room; False if stopped first.
+
+    The transport takes the whole payload before the commit is queued: a
+    worker that dies meanwhile leaves nothing the server would apply.
+    """
+    meta = CommitMeta(self.index, clock, loss, accuracy, time.time())
+    # A finished window is still committed after a stop, unless the commit
+    # queue stays full (the server may be gone).
+    while not self.transport.commit(payload, meta, timeout=_POLL_SECONDS):
+      if self._stopping():
+        return False
     return True
 
   def _start(self):
@@ -244,9 +246,8 @@ class _Worker:
       self._warm_up(fns, jnp, x_shard, y_shard, lam, batch)
       self.flags.set("compiled")
       self.timeline["compiled"] = time.time()
-      ctx.events.put(("ready", {"time": time.time(), "worker": index,
-                                "incarnation": self.incarnation,
-                                "timeline": self.timeline}))
+      ctx.events.put(events.WorkerReady(time.time(), index, self.incarnation,
+                                        self.timeline))
       base = self._start()
     except _Stopped:
       self._finish(self.transport.acknowledged(index), None)
@@ -258,6 +259,7 @@ class _Worker:
     started = time.time()
     commits = base
     commit_then_pull = strategy.protocol == strategies.COMMIT_THEN_PULL
+    rejected_in_a_row = 0
     for window in range(base, num_windows):
       if self._stopping():
         break
@@ -276,16 +278,36 @@ class _Worker:
       accuracy = float(jnp.mean(result.metrics.get("accuracy", jnp.nan)))
       if commit_then_pull:
         payload, params, opt_state = fns.commit(params, opt_state, center)
-        if not self._push(payload, clock, loss, accuracy, window):
+        payload = self._payload(payload, window)
+        finite = payload_is_finite(payload)
+        if not self._push(payload, clock, loss, accuracy):
           break
         clock, center = self._pull(jnp, commits + 1)
-        params, opt_state = fns.pull(params, opt_state, center)
+        if finite:
+          params, opt_state = fns.pull(params, opt_state, center)
       else:
         clock, center = self._pull(jnp, commits)
         payload, params, opt_state = fns.commit(params, opt_state, center)
-        if not self._push(payload, clock, loss, accuracy, window):
+        payload = self._payload(payload, window)
+        finite = payload_is_finite(payload)
+        if not self._push(payload, clock, loss, accuracy):
           break
       commits += 1
+      if finite:
+        rejected_in_a_row = 0
+      else:
+        # The server rejects it. The local optimizer state (Adam's moments)
+        # or the never-reset elastic worker may be poisoned: start afresh
+        # from the center, or every later commit would be rejected too.
+        rejected_in_a_row += 1
+        if rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
+          raise _child.Diverged(
+              f"{rejected_in_a_row} commits in a row were non-finite and "
+              f"rejected, each from a fresh start at the center (lower "
+              f"--learning_rate?)")
+        if not commit_then_pull:
+          clock, center = self._pull(jnp, commits)
+        params, opt_state = fns.init(center)
     self._finish(commits, started)
 
   def _warm_up(self, fns, jnp, x, y, lam, batch):
@@ -320,6 +342,6 @@ class _Worker:
       stats["rss_mb"] = info.rss / 2**20
     except Exception:  # psutil is optional here; the peak is enough.
       pass
-    done = WorkerDone(self.index, commits, samples, stats)
+    done = events.WorkerDone(self.index, commits, samples, stats)
     self.transport.finish(done)
-    self.ctx.events.put(("worker_done", done._asdict()))
+    self.ctx.events.put(done)

@@ -1,0 +1,132 @@
+"""The seam between a run and the machinery that runs it.
+
+A `Backend` supervises the run's parts (start, watch, restart, stop) and
+hands every event to the shared books (`bookkeeping.RunBook`); `train()`
+picks one by name from `BACKENDS`. What every backend computes the same way
+(the data, the shares, the parameter layout) is `plan()`.
+"""
+
+import abc
+import importlib
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from agn_jax.config import TrainConfig
+
+# name -> "module:Class", imported on first use (Ray is an optional install).
+BACKENDS = {
+    "processes": "agn_jax.runtime.processes:ProcessesBackend",
+    "simulated": "agn_jax.runtime.simulated:SimulatedBackend",
+    "ray": "agn_jax.runtime.ray_backend:RayBackend",
+}
+
+
+def available() -> tuple:
+  """The backend names `train()` and `--backend` accept."""
+  return tuple(BACKENDS)
+
+
+def backend_class(name: str):
+  """The class registered under `name`."""
+  if name not in BACKENDS:
+    raise ValueError(f"backend must be one of {available()}, got {name!r}")
+  module, cls = BACKENDS[name].split(":")
+  return getattr(importlib.import_module(module), cls)
+
+
+class Plan(NamedTuple):
+  """What a run trains on and how the work is shared, the same for every backend.
+
+  Attributes:
+    dataset: the `agn_jax.data.Dataset`.
+    windows: whole communication windows in each worker's share.
+    expected_commits: `num_workers × windows`.
+    layout: the parameters' `FlatLayout`.
+    payload_size: flat vectors per commit.
+  """
+  dataset: Any
+  windows: int
+  expected_commits: int
+  layout: Any
+  payload_size: int
+
+
+def plan(config: TrainConfig, dataset=None) -> Plan:
+  """Loads the data and checks that every worker has at least one window.
+
+  Raises:
+    ValueError: too few examples for the workers, or a share shorter than a
+      window.
+  """
+  from agn_jax import build, data
+  from agn_jax.runtime import _child
+  from agn_jax.runtime.worker import windows_per_worker
+  if dataset is None:
+    dataset = data.load(config.dataset, config.data_dir,
+                        size=config.dataset_size, seed=config.seed)
+  n = config.num_workers
+  if len(dataset.x_train) < n:
+    raise ValueError(f"{len(dataset.x_train)} training examples cannot be "
+                     f"sharded over {n} workers")
+  windows = windows_per_worker(len(dataset.x_train), n, config.epochs,
+                               config.communication_window, config.batch_size)
+  if windows < 1:
+    raise ValueError(
+        f"each worker's share ({config.epochs:g} epochs × "
+        f"{len(dataset.x_train)} / {n} samples) is less than one "
+        f"communication window (λ × batch = "
+        f"{config.communication_window * config.batch_size})")
+  model, _ = build.build_model(config, dataset.num_classes,
+                               dataset.input_shape)
+  layout = _child.param_layout(model, config, dataset.input_shape)
+  strategy = build.build_strategy(config)
+  return Plan(dataset, windows, n * windows, layout, len(strategy.payload))
+
+
+class Backend(abc.ABC):
+  """Supervision of one run: what differs between processes, a simulator and a cluster.
+
+  Args:
+    config: the resolved config.
+    book: the run's books; every event goes to `book.handle`.
+    options: backend-specific keyword arguments of `train()`.
+  """
+
+  name: str = ""
+
+  def __init__(self, config: TrainConfig, book, **options):
+    self.config = config
+    self.book = book
+    self.options = options
+
+  @abc.abstractmethod
+  def prepare(self, dataset=None) -> None:
+    """Loads the data and sets up resources; nothing runs yet.
+
+    Opens the books (`book.open`) unless the run resumes, when that waits
+    for the checkpoint to be restored.
+
+    Raises:
+      ValueError: the config does not fit the data.
+    """
+
+  @abc.abstractmethod
+  def run(self) -> None:
+    """Starts every part and supervises until the final evaluation.
+
+    Raises:
+      RunError: a part failed beyond what the restart budget allows.
+    """
+
+  @abc.abstractmethod
+  def wind_down(self, seconds: float) -> None:
+    """After an interrupt: workers finish their window, the server its final checkpoint."""
+
+  @abc.abstractmethod
+  def final_center(self) -> Optional[np.ndarray]:
+    """The center at the end, flat float32."""
+
+  @abc.abstractmethod
+  def shutdown(self) -> None:
+    """Ends every part and frees every resource; safe to call twice."""

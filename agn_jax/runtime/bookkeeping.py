@@ -1,0 +1,407 @@
+"""The run's books, written once for every backend: workdir, metrics.jsonl, progress, summary.json.
+
+A backend's supervisor starts, watches and stops its parts and hands every
+event (`agn_jax.runtime.events`) to `RunBook.handle`; the books turn them
+into rows with the run's time bases, keep the counts the summary needs,
+apply the restart budget and decide whether the run's outcome is a result.
+
+Time bases of a row:
+  * `time`: seconds since training began, i.e. since the start barrier
+    (every worker compiled and ready). Start-up and compilation are not in
+    it; events before the barrier have negative times. A resumed run
+    continues from the time of the checkpoint's last row.
+  * `wall_time`: seconds since `train()` was called in this session.
+  * `sim_time`: simulated seconds (simulated backend only).
+"""
+
+import json
+import os
+import pathlib
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from agn_jax.checkpoint import CheckpointError
+from agn_jax.config import TrainConfig
+from agn_jax.runtime import events as ev
+
+Progress = Callable[[Dict[str, object]], None]
+
+# A run fails when more of its commits were rejected (non-finite) than applied.
+MAX_REJECTED_FRACTION = 0.5
+
+
+class RunError(RuntimeError):
+  """A part of the run failed, or its outcome is no result; the message is one line."""
+
+
+class NothingToDo(Exception):
+  """`--resume` of a run that already completed its share: no file was touched."""
+
+
+def resume_error(workdir, message) -> CheckpointError:
+  return CheckpointError(f"cannot resume from {workdir}: {message}")
+
+
+def read_json(path: pathlib.Path) -> Optional[dict]:
+  """A JSON object from `path`, or None if it is missing or not one."""
+  try:
+    with open(path) as f:
+      value = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return value if isinstance(value, dict) else None
+
+
+def write_json(path, obj):
+  """Writes `obj` as JSON atomically (a temporary file, then a rename)."""
+  tmp = pathlib.Path(str(path) + ".tmp")
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=2)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+def completed_summary(workdir) -> Optional[dict]:
+  """The summary.json of a run that did its whole share, else None."""
+  summary = read_json(pathlib.Path(workdir) / "summary.json")
+  if summary and summary.get("completed") is True:
+    return summary
+  return None
+
+
+class RunBook:
+  """One run's books.
+
+  Args:
+    config: the resolved config of the run.
+    progress: called with every commit and eval row.
+    backend: the backend's name, recorded in the summary.
+  """
+
+  def __init__(self, config: TrainConfig, progress: Optional[Progress],
+               backend: str):
+    self.config = config
+    self.progress = progress
+    self.backend = backend
+    self.workdir = pathlib.Path(config.workdir)
+    self.t0 = time.time()
+    self.metrics_file = None
+    self.expected_commits: Optional[int] = None
+    self.windows_per_worker: Optional[int] = None
+    self.extra_summary: Dict[str, object] = {}
+    self.timeline: Dict[str, float] = {}
+    # When training began (the start barrier), and the `time` it began at.
+    self.started: Optional[float] = None
+    self.time_offset = 0.0
+    self._pending: List = []  # Rows before the barrier, written at it.
+    # What the events tell.
+    self.staleness: List[int] = []  # Over the whole run (a resume included).
+    self.commit_times: List[float] = []  # This session's.
+    self.first_sim_time = None
+    self.last_sim_time = None
+    self.ready: Dict[int, float] = {}
+    self.worker_timelines: Dict[int, dict] = {}
+    self.worker_done: Dict[int, ev.WorkerDone] = {}
+    self.worker_errors: Dict[int, str] = {}
+    self.rejected_per_worker = [0] * config.num_workers
+    self.restarts = 0
+    self.restored: Optional[ev.Restored] = None
+    self.server_done: Optional[ev.ServerDone] = None
+    self.last_eval = None
+    self.final_eval = None
+    self.last_checkpoint = None
+    self.previous_summary = None
+    self._handlers = {
+        ev.WorkerReady: self._on_worker_ready,
+        ev.ServerReady: lambda e: None,
+        ev.Restored: self._on_restored,
+        ev.ResumeFailed: self._on_resume_failed,
+        ev.Committed: self._on_commit,
+        ev.Rejected: self._on_rejected,
+        ev.Evaluated: self._on_eval,
+        ev.CheckpointSaved: self._on_checkpoint,
+        ev.WorkerDone: self._on_worker_done,
+        ev.ServerDone: self._on_server_done,
+        ev.Failed: self._on_failed,
+    }
+
+  # The workdir.
+
+  @property
+  def owns_files(self) -> bool:
+    return self.metrics_file is not None
+
+  def open(self, metrics_offset: Optional[int] = None):
+    """Writes config.json and opens metrics.jsonl: from here on the workdir is this run's.
+
+    On resume, metrics.jsonl is cut back to `metrics_offset` (the rows of
+    the checkpoint) and appended to, and the whole run's statistics so far
+    are read back from it.
+    """
+    from agn_jax.runtime import workdir as workdir_lib
+    self.workdir.mkdir(parents=True, exist_ok=True)
+    workdir_lib.check_no_symlinks(self.workdir)
+    path = self.workdir / "metrics.jsonl"
+    if self.config.resume:
+      self.previous_summary = read_json(self.workdir / "summary.json")
+      if metrics_offset is not None and path.exists():
+        if not 0 <= metrics_offset <= path.stat().st_size:
+          raise resume_error(self.workdir, f"the checkpoint's metrics offset "
+                             f"{metrics_offset} is outside metrics.jsonl")
+        os.truncate(path, metrics_offset)
+      self._read_back(path)
+      self.metrics_file = workdir_lib.safe_open(self.workdir, "metrics.jsonl",
+                                                "a")
+    else:
+      self.metrics_file = workdir_lib.safe_open(self.workdir, "metrics.jsonl",
+                                                "w")
+    write_json(self.workdir / "config.json", self.config.to_dict())
+
+  def _read_back(self, path):
+    """The staleness and training time of the rows a resume keeps."""
+    if not path.exists():
+      return
+    with open(path) as f:
+      for line in f:
+        try:
+          row = json.loads(line)
+        except ValueError:
+          continue
+        t = row.get("time")
+        if isinstance(t, (int, float)):
+          self.time_offset = max(self.time_offset, float(t))
+        if row.get("event") == "commit" and isinstance(
+            row.get("staleness"), int):
+          self.staleness.append(row["staleness"])
+
+  def metrics_position(self) -> int:
+    """How far metrics.jsonl goes, with every event handled so far in it."""
+    self.metrics_file.flush()
+    return self.metrics_file.tell()
+
+  def close(self):
+    if self.metrics_file is not None and not self.metrics_file.closed:
+      self.metrics_file.close()
+
+  # Time bases.
+
+  def start_training(self, when: Optional[float] = None):
+    """The start barrier: `time` counts from here. Writes the rows held back until now."""
+    if self.started is not None:
+      return
+    self.started = time.time() if when is None else when
+    self.timeline["training_started"] = self.started
+    for event, extra in self._pending:
+      self._record(event, **extra)
+    self._pending = []
+
+  def _relative(self, t: float) -> Optional[float]:
+    return round(t - self.started + self.time_offset, 6)
+
+  def _record(self, event, **extra):
+    if self.metrics_file is None:
+      return
+    if self.started is None:
+      self._pending.append((event, extra))
+      return
+    when = getattr(event, "time", None)
+    if when is None:
+      when = extra.pop("at", time.time())
+      extra["time"] = self._relative(when)
+    extra.pop("at", None)
+    record = ev.row(event, self._relative,
+                    wall_time=round(when - self.t0, 6), **extra)
+    self.metrics_file.write(json.dumps(record) + "\n")
+    if event.kind in ("commit", "eval"):
+      self.metrics_file.flush()
+      if self.progress is not None:
+        self.progress(record)
+
+  # Events.
+
+  def handle(self, event) -> None:
+    """Books one event; raises `RunError` / `CheckpointError` for a failure."""
+    self._handlers[type(event)](event)
+
+  def _on_worker_ready(self, e: ev.WorkerReady):
+    self.ready.setdefault(e.worker, e.time)
+    self.worker_timelines.setdefault(e.worker, e.timeline or {})
+    self._record(e)
+
+  def _on_restored(self, e: ev.Restored):
+    self.restored = e
+
+  def _on_resume_failed(self, e: ev.ResumeFailed):
+    raise resume_error(self.workdir, e.message)
+
+  def _on_commit(self, e: ev.Committed):
+    self.staleness.append(e.staleness)
+    self.commit_times.append(e.time)
+    if e.sim_time is not None:
+      if self.first_sim_time is None:
+        self.first_sim_time = e.sim_time
+      self.last_sim_time = e.sim_time
+    self._record(e, expected_commits=self.expected_commits)
+
+  def _on_rejected(self, e: ev.Rejected):
+    self.rejected_per_worker[e.worker] += 1
+    self._record(e)
+
+  def _on_eval(self, e: ev.Evaluated):
+    self.last_eval = e
+    if e.final:
+      self.final_eval = e
+    self._record(e)
+
+  def _on_checkpoint(self, e: ev.CheckpointSaved):
+    self.last_checkpoint = e.clock
+    self._record(e)
+
+  def _on_worker_done(self, e: ev.WorkerDone):
+    self.worker_done[e.worker] = e
+    self._record(e, at=time.time())
+
+  def _on_server_done(self, e: ev.ServerDone):
+    self.server_done = e
+    self._record(e)
+
+  def _on_failed(self, e: ev.Failed):
+    if self.owns_files:
+      with open(self.workdir / "error.log", "a") as f:
+        f.write(f"{e.role}: {e.traceback}\n")
+    if e.role.startswith("worker") and not e.fatal:
+      # Its exit decides: restart, or fail the run with this message.
+      self.worker_errors[int(e.role.split()[1])] = e.message
+      return
+    raise RunError(f"{e.role} failed: {e.message}")
+
+  def worker_failed(self, worker: int, cause: str, commits_done: int,
+                    incarnation: int) -> None:
+    """A worker died: books its restart, or raises `RunError` past the budget."""
+    limit = self.config.max_worker_restarts
+    if self.restarts >= limit:
+      raise RunError(f"worker {worker} {cause}; no restarts left "
+                     f"(--max_worker_restarts={limit})")
+    self.restarts += 1
+    self._record(ev.WorkerRestarted(time.time(), worker, cause, incarnation,
+                                    commits_done))
+
+  def take_worker_error(self, worker: int) -> Optional[str]:
+    return self.worker_errors.pop(worker, None)
+
+  # The end.
+
+  def _startup(self):
+    """Seconds from `train()` to each start-up milestone (the slowest worker's)."""
+    out = {key: round(t - self.t0, 3) for key, t in self.timeline.items()}
+    for key in ("entered", "built", "compiled"):
+      times = [tl[key] for tl in self.worker_timelines.values() if key in tl]
+      if times:
+        out[f"workers_{key}"] = round(max(times) - self.t0, 3)
+    if 0 in self.worker_timelines and "compiled" in self.worker_timelines[0]:
+      out["leader_compiled"] = round(
+          self.worker_timelines[0]["compiled"] - self.t0, 3)
+    if self.commit_times:
+      out["first_commit"] = round(self.commit_times[0] - self.t0, 3)
+    return out
+
+  def summary(self, interrupted: bool) -> Dict[str, object]:
+    """The run's summary.json (whole-run statistics, a resume included)."""
+    config = self.config
+    n = config.num_workers
+    done = self.worker_done
+    evaluation = self.final_eval or self.last_eval
+    restored = self.restored
+    if self.server_done:
+      applied = self.server_done.num_commits
+      rejected = self.server_done.rejected_commits
+      acknowledged = sum(self.server_done.acknowledged)
+    else:
+      applied = (restored.clock if restored else 0) + len(self.commit_times)
+      rejected = ((restored.rejected_commits if restored else 0) +
+                  sum(self.rejected_per_worker))
+      acknowledged = None
+    samples = len(self.commit_times) * config.communication_window * (
+        config.batch_size)
+    ended = self.commit_times[-1] if self.commit_times else None
+    training_seconds = (ended - self.started
+                        if self.started and ended else None)
+    stats = [done[i].stats if i in done else {} for i in range(n)]
+    previous = self.previous_summary or {}
+    wall = time.time() - self.t0
+    if isinstance(previous.get("wall_seconds"), (int, float)):
+      wall += previous["wall_seconds"]
+    completed = (not interrupted and self.server_done is not None and
+                 self.expected_commits is not None and
+                 applied + rejected >= self.expected_commits)
+    summary = {
+        "strategy": config.strategy,
+        "backend": self.backend,
+        "num_workers": n,
+        "communication_window": config.communication_window,
+        "batch_size": config.batch_size,
+        "epochs": config.epochs,
+        "dataset": config.dataset,
+        "config": config.to_dict(),
+        "completed": completed,
+        "interrupted": interrupted,
+        "final_test_accuracy": evaluation.accuracy if evaluation else None,
+        "final_test_loss": evaluation.loss if evaluation else None,
+        "final_clock": evaluation.clock if evaluation else None,
+        "wall_seconds": wall,
+        "training_seconds": training_seconds,
+        "time_base": "seconds since the start barrier (all workers ready)",
+        "num_commits": applied,
+        "expected_commits": self.expected_commits,
+        "commits_acknowledged": acknowledged,
+        "worker_commits": [done[i].num_commits if i in done else None
+                           for i in range(n)],
+        "rejected_commits": rejected,
+        "rejected_commits_per_worker": self.rejected_per_worker,
+        "mean_staleness": (float(np.mean(self.staleness))
+                           if self.staleness else None),
+        "max_staleness": int(np.max(self.staleness)) if self.staleness else None,
+        "samples_per_second": (samples / training_seconds
+                               if training_seconds else None),
+        "startup_seconds": (round(self.started - self.t0, 3)
+                            if self.started else None),
+        "startup_seconds_first_commit": (self.commit_times[0] - self.t0
+                                         if self.commit_times else None),
+        "startup_seconds_all_workers": (max(self.ready.values()) - self.t0
+                                        if len(self.ready) == n else None),
+        "startup": self._startup(),
+        "worker_peak_rss_mb": [s.get("peak_rss_mb") for s in stats],
+        "worker_uss_mb": [s.get("uss_mb") for s in stats],
+        "worker_restarts": self.restarts,
+        "last_checkpoint": self.last_checkpoint,
+        "resumed_from_commit": restored.clock if restored else None,
+    }
+    if self.last_sim_time is not None:
+      summary["simulated_seconds"] = self.last_sim_time
+    summary.update(self.extra_summary)
+    return summary
+
+  def outcome_error(self, summary) -> Optional[str]:
+    """Why a finished run is no result (one line), or None."""
+    applied, rejected = summary["num_commits"], summary["rejected_commits"]
+    if not applied:
+      return (f"no commit was applied: all {rejected} commits were rejected as "
+              f"non-finite (diverged; lower --learning_rate?)")
+    if rejected > MAX_REJECTED_FRACTION * (applied + rejected):
+      return (f"{rejected} of {applied + rejected} commits were rejected as "
+              f"non-finite (diverged; lower --learning_rate?)")
+    return None
+
+  def write_summary(self, interrupted: bool) -> Dict[str, object]:
+    """Writes summary.json; raises `RunError` when a finished run is no result."""
+    summary = self.summary(interrupted)
+    failure = None if interrupted else self.outcome_error(summary)
+    if failure:
+      summary["completed"] = False
+      summary["failure"] = failure
+    write_json(self.workdir / "summary.json", summary)
+    if failure:
+      raise RunError(failure)
+    return summary

@@ -1,0 +1,186 @@
+"""What the parts of a run tell each other: one typed record per kind, defined once.
+
+The server, the workers, the evaluator and every backend's supervisor send
+these; the run's bookkeeping (`bookkeeping.RunBook`) turns the ones that
+belong in `metrics.jsonl` into rows (`row()`), and `experiments.compare`
+reads the rows back with `ROWS`. Times inside events are `time.time()`
+stamps; the bookkeeping turns them into the run's time bases.
+
+Example:
+  >>> e = Committed(time=0.0, worker=1, clock=7, staleness=3, loss=0.5,
+  ...               accuracy=0.9)
+  >>> e.kind, row(e, lambda t: t)["staleness"]
+  ('commit', 3)
+"""
+
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
+
+
+class WorkerReady(NamedTuple):
+  """A worker compiled its kernels and waits at the start barrier."""
+  time: float
+  worker: int
+  incarnation: int = 0
+  timeline: Optional[Dict[str, float]] = None
+  kind = "worker_ready"
+
+
+class ServerReady(NamedTuple):
+  """The server published the initial center and compiled its rule."""
+  time: float
+  kind = "server_ready"
+
+
+class Restored(NamedTuple):
+  """The server restored a checkpoint (`--resume`)."""
+  clock: int
+  metrics_offset: Optional[int]
+  rejected_commits: int
+  worker_commits: Sequence[int]
+  kind = "restored"
+
+
+class ResumeFailed(NamedTuple):
+  """The server could not restore the checkpoint; `message` says why."""
+  message: str
+  kind = "resume_failed"
+
+
+class CheckpointRequest(NamedTuple):
+  """The server asks how far metrics.jsonl goes once it holds every event up to `clock`."""
+  clock: int
+  kind = "checkpoint_request"
+
+
+class Committed(NamedTuple):
+  """The server applied a commit.
+
+  Attributes:
+    time: when it was applied.
+    worker: who committed.
+    clock: the server clock after applying it.
+    staleness: server clock at apply − clock of the center the worker used.
+    loss: the worker's mean local loss over the window.
+    accuracy: the worker's mean local accuracy over the window.
+    sim_time: simulated seconds (simulated backend only).
+  """
+  time: float
+  worker: int
+  clock: int
+  staleness: int
+  loss: float
+  accuracy: float
+  sim_time: Optional[float] = None
+  kind = "commit"
+
+
+class Rejected(NamedTuple):
+  """The server refused a non-finite commit; the center is unchanged."""
+  time: float
+  worker: int
+  clock: int
+  sim_time: Optional[float] = None
+  kind = "rejected"
+
+
+class Evaluated(NamedTuple):
+  """Test loss and accuracy of the center at `clock`; `final` once at the end."""
+  time: float
+  clock: int
+  loss: float
+  accuracy: float
+  final: bool
+  sim_time: Optional[float] = None
+  kind = "eval"
+
+
+class CheckpointSaved(NamedTuple):
+  """A checkpoint of the center at `clock` is complete."""
+  time: float
+  clock: int
+  final: bool
+  seconds: float
+  kind = "checkpoint"
+
+
+class WorkerDone(NamedTuple):
+  """A worker used its data share (or was stopped) and will commit no more.
+
+  Attributes:
+    worker: the worker's index.
+    num_commits: commits it pushed over the whole run (rejected ones included).
+    num_samples: training samples in those commits' windows.
+    stats: anything else worth reporting (peak RSS, start-up time).
+  """
+  worker: int
+  num_commits: int
+  num_samples: int
+  stats: Dict[str, Any]
+  kind = "worker_done"
+
+
+class ServerDone(NamedTuple):
+  """Every worker is done and the final checkpoint is written."""
+  time: float
+  num_commits: int
+  rejected_commits: int
+  acknowledged: Sequence[int]
+  kind = "server_done"
+
+
+class WorkerRestarted(NamedTuple):
+  """A supervisor restarted a dead worker with the rest of its share."""
+  time: float
+  worker: int
+  cause: str
+  incarnation: int
+  commits_done: int
+  kind = "worker_restart"
+
+
+class Failed(NamedTuple):
+  """A part of the run failed.
+
+  Attributes:
+    role: "server", "evaluator" or "worker K".
+    message: one line.
+    traceback: the whole story, for error.log.
+    fatal: the run must end (a worker that diverged again and again would
+      only fail the same way after a restart).
+  """
+  role: str
+  message: str
+  traceback: str = ""
+  fatal: bool = False
+  kind = "error"
+
+
+Event = Any  # One of the records above.
+
+# The kinds that become rows of metrics.jsonl, by their `event` field.
+ROWS = {
+    cls.kind: cls for cls in (WorkerReady, Committed, Rejected, Evaluated,
+                              CheckpointSaved, WorkerDone, ServerDone,
+                              WorkerRestarted)
+}
+# Fields a row leaves out (bulky or per-process).
+_NOT_IN_ROWS = {"timeline", "stats", "acknowledged"}
+
+
+def row(event: Event, relative: Callable[[float], Optional[float]],
+        **extra) -> Dict[str, Any]:
+  """The metrics.jsonl row of `event`: `{"event": kind, ...fields}`.
+
+  Args:
+    event: a record whose kind is in `ROWS`.
+    relative: maps a `time.time()` stamp to the row's `time` (seconds since
+      training began).
+    **extra: more fields (e.g. `wall_time`, `expected_commits`).
+  """
+  out = {"event": event.kind}
+  for key, value in event._asdict().items():
+    if key in _NOT_IN_ROWS or (key == "sim_time" and value is None):
+      continue
+    out[key] = relative(value) if key == "time" else value
+  out.update(extra)
+  return out
