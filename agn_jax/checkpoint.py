@@ -5,8 +5,14 @@ once complete, so a crash during a save leaves the previous checkpoint usable.
 Nothing is ever loaded with pickle: arrays are stored by orbax, metadata as JSON.
 """
 
+import contextlib
+import json
+import logging
+import math
 import os
-from typing import Any, Dict, List, NamedTuple, Optional
+import sys
+import traceback
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -75,48 +81,141 @@ class Checkpointer:
     self._manager.close()
 
 
+def _first_line(error: BaseException, limit: int = 240) -> str:
+  text = " ".join(str(error).split()) or type(error).__name__
+  return text if len(text) <= limit else text[:limit] + " ..."
+
+
+class _DropOrbaxLogs(logging.Filter):
+  """Orbax logs its own errors (and tracebacks) before raising; we report one line."""
+
+  def filter(self, record):
+    return "orbax" not in record.pathname
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+  absl_logger = logging.getLogger("absl")
+  quiet = _DropOrbaxLogs()
+  absl_logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    absl_logger.removeFilter(quiet)
+
+
+def _from_orbax(error: Optional[BaseException]) -> bool:
+  if error is None:
+    return False
+  frames = traceback.extract_tb(error.__traceback__)
+  return any("orbax" in f.filename or "tensorstore" in f.filename
+             for f in frames) or "tensorstore" in str(error)
+
+
+class _DropOrphanedTaskErrors(logging.Filter):
+  """asyncio's 'Task exception was never retrieved' for orbax's abandoned reads."""
+
+  def filter(self, record):
+    error = record.exc_info[1] if record.exc_info else None
+    if error is None and record.args and isinstance(record.args, dict):
+      context = record.args.get("exception")
+      error = context if isinstance(context, BaseException) else None
+    return not ("never retrieved" in str(record.msg) and
+                (_from_orbax(error) or error is None))
+
+
+_SILENCED = []
+
+
+def _silence_orphaned_restore_errors():
+  """After a failed restore, orbax's abandoned tensorstore reads finish late.
+
+  They then report to a closed event loop (`RuntimeError: Event loop is
+  closed`, through sys.unraisablehook) or as never-retrieved task errors
+  (the asyncio logger), from another thread and possibly after `restore`
+  has returned. The failure was already reported as one CheckpointError
+  line, so these echoes are dropped, for the rest of the process.
+  """
+  if _SILENCED:
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    error = unraisable.exc_value
+    if isinstance(error, RuntimeError) and "Event loop is closed" in str(error):
+      return
+    previous(unraisable)
+
+  sys.unraisablehook = hook
+  logging.getLogger("asyncio").addFilter(_DropOrphanedTaskErrors())
+  _SILENCED.append(True)
+
+
 def latest_step(directory: str) -> Optional[int]:
-  """The newest complete checkpoint's step in `directory`, or None."""
+  """The newest complete checkpoint's step in `directory`, or None.
+
+  Raises:
+    CheckpointError: `directory` cannot be read as a checkpoint directory.
+  """
   if not os.path.isdir(directory):
     return None
-  _, manager = _manager(directory, create=False)
   try:
-    return manager.latest_step()
-  finally:
-    manager.close()
+    with _quiet_orbax():
+      _, manager = _manager(directory, create=False)
+      try:
+        return manager.latest_step()
+      finally:
+        manager.close()
+  except Exception as e:  # pylint: disable=broad-except
+    raise CheckpointError(f"cannot read the checkpoints in {directory}: "
+                          f"{_first_line(e)}") from None
 
 
 def restore(directory: str) -> Checkpoint:
   """Reads the newest complete checkpoint in `directory`.
+
+  Whatever orbax, tensorstore or asyncio raise on a truncated or damaged
+  checkpoint (including an intermittent `RuntimeError: Event loop is
+  closed`) becomes one `CheckpointError` line naming the directory.
 
   Raises:
     CheckpointError: when there is none, or it cannot be read.
   """
   if not os.path.isdir(directory):
     raise CheckpointError(f"no checkpoint directory at {directory}")
-  ocp, manager = _manager(directory, create=False)
+  # Before orbax runs: its echoes of a failure can come from another thread
+  # before the failure itself reaches us.
+  _silence_orphaned_restore_errors()
+  step = None
   try:
-    step = manager.latest_step()
-    if step is None:
-      raise CheckpointError(f"no complete checkpoint in {directory}")
-    try:
-      restored = manager.restore(
-          step,
-          args=ocp.args.Composite(
-              state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
-    except Exception as e:  # orbax raises many types for damaged files.
-      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise CheckpointError(
-          f"checkpoint {step} in {directory} is corrupt: {first}") from None
-  finally:
-    manager.close()
-  state, meta = restored.state, restored.meta
-  if not isinstance(meta, dict) or "center" not in state:
-    raise CheckpointError(f"checkpoint {step} in {directory} is incomplete")
-  server = state.get("server") or {}
-  leaves = [np.asarray(server[k]) for k in sorted(server)]
-  return Checkpoint(int(step), np.asarray(state["center"], np.float32), leaves,
-                    meta)
+    with _quiet_orbax():
+      ocp, manager = _manager(directory, create=False)
+      try:
+        step = manager.latest_step()
+        if step is None:
+          raise CheckpointError(f"no complete checkpoint in {directory}")
+        restored = manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+      finally:
+        manager.close()
+      state, meta = restored.state, restored.meta
+      if (not isinstance(meta, dict) or not isinstance(state, dict) or
+          "center" not in state):
+        raise CheckpointError(f"checkpoint {step} in {directory} is "
+                              "incomplete")
+      server = state.get("server") or {}
+      leaves = [np.asarray(server[k]) for k in sorted(server)]
+      center = np.asarray(state["center"], np.float32)
+  except CheckpointError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # Orbax raises many types for damaged files.
+    which = f"checkpoint {step}" if step is not None else "the checkpoint"
+    raise CheckpointError(f"{which} in {directory} is corrupt: "
+                          f"{_first_line(e)}") from None
+  return Checkpoint(int(step), center, leaves, meta)
 
 
 # The config fields a resumed run must share with the checkpoint: they fix
@@ -135,19 +234,138 @@ def _shapes(pairs):
           for shape, dtype in pairs]
 
 
-def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
-                    server_leaves) -> None:
-  """Raises CheckpointError (one line) unless `ckpt` can continue the run `config` describes.
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+  return (isinstance(value, (int, float)) and not isinstance(value, bool) and
+          math.isfinite(value))
+
+
+def _windows(num_examples: int, config: Dict[str, Any]) -> int:
+  # The runtime's own count of a worker's share, so the two never disagree.
+  from agn_jax.runtime.worker import windows_per_worker  # pylint: disable=g-import-not-at-top
+  return windows_per_worker(num_examples, config["num_workers"],
+                            config["epochs"], config["communication_window"],
+                            config["batch_size"])
+
+
+def _check_layout(layout, where: str) -> int:
+  """The number of parameters a saved layout describes; raises if malformed."""
+  bad = CheckpointError(f"{where}: layout is not a list of [shape, dtype]")
+  if not isinstance(layout, list) or not layout:
+    raise bad
+  total = 0
+  for entry in layout:
+    if (not isinstance(entry, (list, tuple)) or len(entry) != 2 or
+        not isinstance(entry[0], (list, tuple)) or
+        not all(_is_int(d) and d >= 0 for d in entry[0])):
+      raise bad
+    try:
+      np.dtype(entry[1])
+    except TypeError:
+      raise bad from None
+    total += math.prod(entry[0])
+  return total
+
+
+def validate_meta(meta: Any, step: int, *, where: str,
+                  num_examples: Optional[int] = None,
+                  metrics_size: Optional[int] = None,
+                  center_size: Optional[int] = None) -> None:
+  """Raises CheckpointError (one line) unless a checkpoint's metadata is whole and consistent.
+
+  Checks types, ranges and the invariants the server keeps: every commit a
+  worker made was applied or rejected, so `sum(worker_commits) ==
+  num_commits + rejected_commits`, and the checkpoint's step is its
+  `num_commits`.
 
   Args:
-    ckpt: the restored checkpoint.
-    config: the new run's `TrainConfig.to_dict()`.
-    layout: the new run's parameter layout (`FlatLayout.metadata()`).
-    server_leaves: the new run's server-state leaves (or their shapes).
+    meta: the checkpoint's JSON metadata.
+    step: the checkpoint's step (its directory's name).
+    where: how messages name the checkpoint, e.g. "checkpoint 12 in DIR".
+    num_examples: the training examples; when given, each worker's
+      progress must fit its share of the checkpoint's own config.
+    metrics_size: bytes in metrics.jsonl now; when given, `metrics_offset`
+      must not point past it.
+    center_size: the stored center's length; when given, it must match the
+      layout.
   """
-  saved = ckpt.meta.get("config")
-  if not isinstance(saved, dict):
-    raise CheckpointError(f"checkpoint {ckpt.step} records no config")
+  if not isinstance(meta, dict):
+    raise CheckpointError(f"{where}: metadata is not a JSON object")
+  config = meta.get("config")
+  if not isinstance(config, dict):
+    raise CheckpointError(f"{where}: records no config")
+  for key in ("num_workers", "communication_window", "batch_size"):
+    if not _is_int(config.get(key)) or config[key] < 1:
+      raise CheckpointError(f"{where}: config {key}={config.get(key)!r} is "
+                            "not an integer >= 1")
+  if not _is_number(config.get("epochs")) or not config["epochs"] > 0:
+    raise CheckpointError(f"{where}: config epochs={config.get('epochs')!r} "
+                          "is not a number > 0")
+  commits = meta.get("num_commits")
+  if not _is_int(commits) or commits < 0:
+    raise CheckpointError(f"{where}: num_commits={commits!r} is not an "
+                          "integer >= 0")
+  if commits != step:
+    raise CheckpointError(f"{where}: num_commits={commits} differs from the "
+                          f"checkpoint's step {step}")
+  rejected = meta.get("rejected_commits", 0)
+  if not _is_int(rejected) or rejected < 0:
+    raise CheckpointError(f"{where}: rejected_commits={rejected!r} is not an "
+                          "integer >= 0")
+  n = config["num_workers"]
+  progress = meta.get("worker_commits")
+  if (not isinstance(progress, list) or len(progress) != n or
+      not all(_is_int(c) and c >= 0 for c in progress)):
+    raise CheckpointError(f"{where}: worker_commits={_short(progress)} is not "
+                          f"a list of {n} integers >= 0")
+  if sum(progress) != commits + rejected:
+    raise CheckpointError(
+        f"{where}: worker_commits sum to {sum(progress)} but num_commits + "
+        f"rejected_commits = {commits + rejected}")
+  if num_examples is not None:
+    share = _windows(num_examples, config)
+    for w, count in enumerate(progress):
+      if count > share:
+        raise CheckpointError(
+            f"{where}: worker_commits[{w}]={count} exceeds worker {w}'s share "
+            f"of {share} windows under the checkpoint's own config")
+  offset = meta.get("metrics_offset")
+  if offset is not None:
+    if not _is_int(offset) or offset < 0:
+      raise CheckpointError(f"{where}: metrics_offset={offset!r} is not an "
+                            "integer >= 0")
+    if metrics_size is not None and offset > metrics_size:
+      raise CheckpointError(
+          f"{where}: metrics_offset={offset} points past the end of "
+          f"metrics.jsonl ({metrics_size} bytes)")
+  num_params = _check_layout(meta.get("layout"), where)
+  if center_size is not None and center_size != num_params:
+    raise CheckpointError(f"{where}: the center holds {center_size} values, "
+                          f"its layout {num_params}")
+
+
+def _short(value) -> str:
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _metrics_size(workdir: Optional[str]) -> Optional[int]:
+  """Bytes in `<workdir>/metrics.jsonl` (0 if missing); None without a workdir."""
+  if not workdir:
+    return None
+  try:
+    return os.lstat(os.path.join(workdir, "metrics.jsonl")).st_size
+  except FileNotFoundError:
+    return 0
+
+
+def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
+                progress: Sequence[int], num_examples: Optional[int],
+                where: str) -> None:
+  """The checkpoint's run and this one agree where they must; its progress fits this run."""
   differ = [k for k in RESUME_MUST_MATCH if saved.get(k) != config.get(k)]
   if differ:
     was = ", ".join(f"{k}={saved.get(k)!r}" for k in differ)
@@ -155,6 +373,38 @@ def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
     raise CheckpointError(
         f"the checkpoint is of a different run ({was}; this run has {now}); "
         f"these must match to resume: {', '.join(RESUME_MUST_MATCH)}")
+  if num_examples is not None:
+    share = _windows(num_examples, config)
+    for w, count in enumerate(progress):
+      if count > share:
+        raise CheckpointError(
+            f"{where}: worker {w} has done {count} windows, more than its "
+            f"share in this run ({share} windows with epochs="
+            f"{config['epochs']:g}); resume with at least the epochs it had")
+
+
+def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
+                    server_leaves, *, num_examples: Optional[int] = None
+                   ) -> None:
+  """Raises CheckpointError (one line) unless `ckpt` can continue the run `config` describes.
+
+  Runs `validate_meta` first (with the size of `<workdir>/metrics.jsonl`
+  taken from `config["workdir"]`).
+
+  Args:
+    ckpt: the restored checkpoint.
+    config: the new run's `TrainConfig.to_dict()`.
+    layout: the new run's parameter layout (`FlatLayout.metadata()`).
+    server_leaves: the new run's server-state leaves (or their shapes).
+    num_examples: the training examples; when given, every worker's progress
+      must fit its share of data (under the saved and the new config).
+  """
+  where = f"checkpoint {ckpt.step}"
+  validate_meta(ckpt.meta, ckpt.step, where=where, num_examples=num_examples,
+                metrics_size=_metrics_size(config.get("workdir")),
+                center_size=int(ckpt.center.size))
+  _check_fits(ckpt.meta["config"], config, ckpt.meta["worker_commits"],
+              num_examples, where)
   num_params = sum(int(np.prod(s, dtype=np.int64)) for s, _ in layout)
   if (ckpt.center.shape != (num_params,) or
       _shapes(ckpt.meta.get("layout", [])) != _shapes(layout)):
@@ -166,8 +416,91 @@ def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
     raise CheckpointError(
         f"the checkpoint's server state ({len(ckpt.server_leaves)} arrays) "
         f"does not fit this run's ({len(expected)} arrays)")
-  progress = ckpt.meta.get("worker_commits")
-  if (not isinstance(progress, list) or len(progress) != config["num_workers"]
-      or not all(isinstance(c, int) and c >= 0 for c in progress)):
-    raise CheckpointError(f"checkpoint {ckpt.step} records no valid "
-                          "per-worker progress")
+
+
+class ResumePoint(NamedTuple):
+  """What `validate_for_resume` found.
+
+  Attributes:
+    directory: `<workdir>/checkpoints`.
+    step: the newest checkpoint's step (== its `num_commits`).
+    meta: its validated metadata.
+  """
+
+  directory: str
+  step: int
+  meta: Dict[str, Any]
+
+
+def newest_step_on_disk(directory: str) -> Optional[int]:
+  """The newest finalized step directory (orbax renames a step into place when it is complete)."""
+  try:
+    names = os.listdir(directory)
+  except OSError:
+    return None
+  steps = [int(name) for name in names if name.isdigit()]
+  return max(steps) if steps else None
+
+
+def validate_for_resume(workdir: str, config: Dict[str, Any],
+                        num_examples: int, layout=None) -> ResumePoint:
+  """Checks, before anything is written, that `workdir` can be resumed by `config`.
+
+  Reads only JSON (no orbax, no JAX), so the launcher can call it before it
+  writes a file or starts a process. It validates the newest checkpoint's
+  metadata (`validate_meta`: types, ranges, commit accounting, each worker's
+  progress against its share, `metrics_offset` against the size of
+  metrics.jsonl now), that the checkpoint's run matches `config`
+  (`RESUME_MUST_MATCH`) and fits it (each worker's progress within its share
+  under `config`'s epochs), and, given `layout`, the parameter layout. The
+  arrays themselves are read and checked later by the server
+  (`restore` + `check_resumable`), which must find the same step.
+
+  Args:
+    workdir: the run's directory.
+    config: the resumed run's `TrainConfig.to_dict()`.
+    num_examples: training examples of its dataset.
+    layout: optionally the run's parameter layout (`FlatLayout.metadata()`).
+
+  Returns:
+    The checkpoint's directory, step and metadata.
+
+  Raises:
+    CheckpointError: one line naming what is wrong.
+  """
+  directory = os.path.join(workdir, "checkpoints")
+  for name in ("checkpoints", "metrics.jsonl"):
+    if os.path.islink(os.path.join(workdir, name)):
+      raise CheckpointError(f"{os.path.join(workdir, name)} is a symlink; a "
+                            "run never follows links out of its workdir")
+  if not os.path.isdir(directory):
+    raise CheckpointError(f"no checkpoint directory at {directory}")
+  step = newest_step_on_disk(directory)
+  if step is None:
+    raise CheckpointError(f"no complete checkpoint in {directory}")
+  where = f"checkpoint {step} in {directory}"
+  step_dir = os.path.join(directory, str(step))
+  for parent, dirs, files in os.walk(step_dir):
+    for entry in dirs + files:
+      if os.path.islink(os.path.join(parent, entry)):
+        raise CheckpointError(f"{where}: {os.path.join(parent, entry)} is a "
+                              "symlink")
+  if not os.path.isdir(os.path.join(step_dir, "state")):
+    raise CheckpointError(f"{where} is incomplete: no state")
+  path = os.path.join(step_dir, "meta", "metadata")
+  try:
+    with open(path, "rb") as f:
+      meta = json.loads(f.read().decode("utf-8"))
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f"{where} is corrupt: cannot read its metadata "
+                          f"({_first_line(e, 120)})") from None
+  validate_meta(meta, step, where=where, num_examples=num_examples,
+                metrics_size=_metrics_size(workdir))
+  _check_fits(meta["config"], config, meta["worker_commits"], num_examples,
+              where)
+  if layout is not None and _shapes(meta["layout"]) != _shapes(layout):
+    num_params = sum(int(np.prod(s, dtype=np.int64)) for s, _ in layout)
+    raise CheckpointError(
+        f"{where} holds a different model ({_check_layout(meta['layout'], where)}"
+        f" parameters; this run's model has {num_params})")
+  return ResumePoint(directory, step, meta)
