@@ -16,11 +16,10 @@ import optax
 
 from agn_jax import get_strategy, strategies, window_kernel
 
-DIM = 5
-WINDOW = 3
-LR = 0.1
-SCHEDULE = [0, 1, 2, 0, 0, 2, 1, 1, 0, 2]  # Which worker commits next.
-NUM_WORKERS = 3
+from strategy_reference import DIM, NUM_WORKERS, SCHEDULE, WINDOW, LR
+from strategy_reference import data as _data
+from strategy_reference import initial_center as _initial_center
+from strategy_reference import reference as _reference
 
 
 def _loss_fn(params, batch):
@@ -35,17 +34,6 @@ def _split(vec):
 
 def _flat(tree):
   return np.concatenate([np.asarray(tree["a"]), np.asarray(tree["b"])])
-
-
-def _data():
-  rng = np.random.default_rng(0)
-  # data[k][i] is worker k's i-th window: WINDOW mini-batch targets b.
-  return rng.normal(size=(NUM_WORKERS, len(SCHEDULE), WINDOW, DIM)).astype(
-      np.float32)
-
-
-def _initial_center():
-  return np.linspace(-1.0, 1.0, DIM).astype(np.float64)
 
 
 def _run_strategy(strategy):
@@ -79,62 +67,6 @@ def _run_strategy(strategy):
     w["pulled"], w["clock"] = center, int(server_state.clock)
     w["params"], w["opt_state"] = strategy.pull_fn(params, opt_state, center)
     centers.append(_flat(center))
-  return np.stack(centers), stalenesses
-
-
-def _reference(name, lr=LR, rho=5.0, momentum=0.9, outer=None):
-  """PAPER.md's pseudo-code in numpy (float64)."""
-  data = _data().astype(np.float64)
-  center = _initial_center()
-  theta = [center.copy() for _ in range(NUM_WORKERS)]
-  velocity = [np.zeros(DIM) for _ in range(NUM_WORKERS)]
-  pulled = [center.copy() for _ in range(NUM_WORKERS)]
-  m = [0] * NUM_WORKERS  # DynSGD: the server clock at each worker's pull.
-  c = 0
-  window_index = [0] * NUM_WORKERS
-  outer_velocity = np.zeros(DIM)
-  centers, stalenesses = [], []
-  for k in SCHEDULE:
-    a = np.zeros(DIM)
-    for b in data[k, window_index[k]]:
-      grad = theta[k] - b
-      if name == "eamsgd":  # optax.sgd(momentum): v ← g + μ v; θ ← θ − η v.
-        velocity[k] = grad + momentum * velocity[k]
-        g = -lr * velocity[k]
-      else:
-        g = -lr * grad
-      a += g
-      theta[k] = theta[k] + g
-    window_index[k] += 1
-    tau = c - m[k]
-    if name in ("agn", "adag"):
-      delta = a / WINDOW
-    elif name in ("downpour", "dynsgd"):
-      delta = a
-    else:  # aeasgd, eamsgd: pull, E = α (θ_k − θ̃), θ_k ← θ_k − E.
-      alpha = rho * lr
-      delta = alpha * (theta[k] - center)
-      theta[k] = theta[k] - delta
-      tau = 0
-    if name == "dynsgd":
-      increment = delta / (tau + 1)
-    elif name == "adag":
-      increment = delta / ((center - pulled[k])**2 / lr + 1)
-    else:
-      increment = delta
-    if outer == "nesterov":  # optax.sgd(0.7, 0.9, nesterov) on g = −increment.
-      g = -increment
-      outer_velocity = g + 0.9 * outer_velocity
-      center = center - 0.7 * (g + 0.9 * outer_velocity)
-    else:
-      center = center + increment
-    c += 1
-    if name not in ("aeasgd", "eamsgd"):
-      theta[k] = center.copy()
-    pulled[k] = center.copy()
-    m[k] = c
-    centers.append(center.copy())
-    stalenesses.append(tau)
   return np.stack(centers), stalenesses
 
 

@@ -1,0 +1,355 @@
+"""The simulated backend's engine against independent references.
+
+n = 1 against `optax.lookahead` run by hand; an n = 3 schedule of every
+strategy against the numpy pseudo-code of `strategy_reference`; staleness of
+round_robin; speeds; rejection; determinism and restore; sharded against
+unsharded in a subprocess with 4 forced host devices.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agn_jax import TrainConfig, build, get_strategy
+from agn_jax.data import load_synthetic
+from agn_jax.runtime.worker import BatchSampler, shard_bounds
+from agn_jax.simulator import Simulation, Diverged
+
+import strategy_reference as ref
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _quadratic_loss(params, batch):
+  """`½‖θ − b‖²` with one target `b` per mini-batch, as the reference."""
+  x, _ = batch
+  flat = jnp.concatenate([params["a"], params["b"]])
+  return 0.5 * jnp.sum((flat - x[0])**2), {}
+
+
+def _split(vec):
+  return {"a": jnp.asarray(vec[:3], jnp.float32),
+          "b": jnp.asarray(vec[3:], jnp.float32)}
+
+
+def _flat(tree):
+  return np.concatenate([np.asarray(tree["a"]), np.asarray(tree["b"])])
+
+
+def _strategy(name, window=ref.WINDOW):
+  inner = (optax.sgd(ref.LR, momentum=0.9) if name == "eamsgd" else
+           optax.sgd(ref.LR))
+  extra = {"rho": 5.0} if name in ("aeasgd", "eamsgd") else {}
+  return get_strategy(name, communication_window=window, inner=inner,
+                      learning_rate=ref.LR, **extra)
+
+
+def _reference_dataset(windows_per_worker=4):
+  """Training data laid out so that worker k's sampler yields ref.data()[k].
+
+  Each shard holds exactly `windows_per_worker` windows of one-example
+  batches, placed where the worker's `BatchSampler` (seeded `[0, k]`, as the
+  processes backend seeds it) will draw them in its first pass.
+  """
+  data = ref.data()[:, :windows_per_worker]
+  shard = windows_per_worker * ref.WINDOW
+  n = ref.NUM_WORKERS
+  x = np.zeros((n * shard, ref.DIM), np.float32)
+  for k in range(n):
+    start, stop = shard_bounds(n * shard, n, k)
+    assert stop - start == shard
+    order = BatchSampler(shard, np.random.default_rng([0, k])).take(shard)
+    x[start + order] = data[k].reshape(shard, ref.DIM)
+  return x, np.zeros(len(x), np.int32)
+
+
+def _quadratic_sim(strategy, num_workers, x, epochs=1.0, **kwargs):
+  return Simulation.from_parts(
+      strategy, _quadratic_loss, _split(ref.initial_center()), x,
+      np.zeros(len(x), np.int32), num_workers=num_workers, batch_size=1,
+      epochs=epochs, seed=0, **kwargs)
+
+
+def _run(sim):
+  return [r for records in sim for r in records]
+
+
+def _tiny_config(**overrides):
+  settings = dict(strategy="agn", num_workers=3, communication_window=2,
+                  dataset="synthetic", hidden_sizes=(8,), batch_size=4,
+                  epochs=0.2, seed=0, learning_rate=1e-2)
+  settings.update(overrides)
+  return TrainConfig(**settings)
+
+
+class ScheduleTest(parameterized.TestCase):
+  """The n = 3 schedule of the strategy tests, commit by commit."""
+
+  @parameterized.parameters("agn", "downpour", "dynsgd", "adag", "aeasgd",
+                            "eamsgd")
+  def test_every_strategy_matches_the_reference(self, name):
+    x, _ = _reference_dataset()
+    ref_centers, ref_stalenesses = ref.reference(name)
+    # One commit per round, so the center can be read after every commit.
+    sim = _quadratic_sim(_strategy(name), ref.NUM_WORKERS, x,
+                         commit_order=[[k] for k in ref.SCHEDULE])
+    centers, records = [], []
+    while not sim.done:
+      records += sim.run_round()
+      centers.append(_flat(sim.center_tree()))
+    self.assertEqual([r.worker for r in records], ref.SCHEDULE)
+    self.assertEqual([r.staleness for r in records], ref_stalenesses)
+    self.assertEqual([r.clock for r in records],
+                     list(range(1, len(ref.SCHEDULE) + 1)))
+    np.testing.assert_allclose(np.stack(centers), ref_centers, rtol=2e-5,
+                               atol=2e-6)
+    np.testing.assert_allclose(sim.center(), ref_centers[-1], rtol=2e-5,
+                               atol=2e-6)
+
+  @parameterized.parameters("adag", "eamsgd")
+  def test_rounds_of_several_commits(self, name):
+    # The flat schedule is cut into rounds [0 1 2] [0] [0 2 1] [1 0 2]:
+    # windows run together, commits still land in schedule order.
+    x, _ = _reference_dataset()
+    ref_centers, ref_stalenesses = ref.reference(name)
+    sim = _quadratic_sim(_strategy(name), ref.NUM_WORKERS, x,
+                         commit_order=ref.SCHEDULE, workers_per_call=3)
+    rounds = list(sim)
+    self.assertEqual([[r.worker for r in rs] for rs in rounds],
+                     [[0, 1, 2], [0], [0, 2, 1], [1, 0, 2]])
+    records = [r for rs in rounds for r in rs]
+    self.assertEqual([r.staleness for r in records], ref_stalenesses)
+    self.assertEqual([r.window for r in records if r.worker == 0],
+                     [0, 1, 2, 3])
+    np.testing.assert_allclose(sim.center(), ref_centers[-1], rtol=2e-5,
+                               atol=2e-6)
+    self.assertTrue(sim.done)
+    self.assertEqual(sim.run_round(), [])
+
+  def test_bad_replay(self):
+    x, _ = _reference_dataset()
+    with self.assertRaisesRegex(ValueError, "distinct"):
+      _quadratic_sim(_strategy("agn"), 3, x, commit_order=[[0, 0]])
+    with self.assertRaisesRegex(ValueError, "4 windows"):
+      _quadratic_sim(_strategy("agn"), 3, x, commit_order=[0] * 5)
+    with self.assertRaisesRegex(ValueError, "commit_order must be"):
+      _quadratic_sim(_strategy("agn"), 3, x, commit_order="fifo")
+
+
+class OneWorkerTest(absltest.TestCase):
+
+  def test_equals_lookahead(self):
+    lam, batch, lr = 3, 4, 1e-2
+    config = _tiny_config(num_workers=1, communication_window=lam,
+                          batch_size=batch, epochs=0.3, learning_rate=lr)
+    ds = load_synthetic(size=200, seed=0)
+    sim = Simulation(config, ds)
+    self.assertEqual(sim.num_windows, 4)
+
+    # The reference: optax.lookahead on the same model, init and batches.
+    model, loss_fn = build.build_model(config, ds.num_classes, ds.input_shape)
+    init = build.initial_center(config, model, 32)
+    tx = optax.lookahead(optax.adam(lr), sync_period=lam,
+                         slow_step_size=1 / lam)
+    params = optax.LookaheadParams.init_synced(
+        jax.tree.map(jnp.asarray, init))
+    opt_state = tx.init(params)
+    grad = jax.jit(jax.grad(lambda p, b: loss_fn(p, b)[0]))
+    sampler = BatchSampler(len(ds.x_train), np.random.default_rng([0, 0]))
+    for _ in range(sim.num_windows):
+      for idx in sampler.take(lam * batch).reshape(lam, batch):
+        g = grad(params.fast, (ds.x_train[idx], ds.y_train[idx]))
+        updates, opt_state = tx.update(g, opt_state, params)
+        params = optax.apply_updates(params, updates)
+      (record,) = sim.run_round()
+      self.assertEqual(record.staleness, 0)
+      for a, b in zip(jax.tree.leaves(sim.center_tree()),
+                      jax.tree.leaves(params.slow)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    self.assertTrue(sim.done)
+
+
+class CommitOrderTest(parameterized.TestCase):
+
+  @parameterized.parameters(2, 5, 10)
+  def test_round_robin_staleness(self, n):
+    x = np.random.default_rng(0).normal(size=(n * 6, ref.DIM)).astype(
+        np.float32)
+    sim = _quadratic_sim(_strategy("agn", window=2), n, x)
+    records = _run(sim)
+    self.assertLen(records, 3 * n)
+    self.assertEqual([r.worker for r in records], list(range(n)) * 3)
+    self.assertEqual([r.staleness for r in records[:n]], list(range(n)))
+    self.assertEqual({r.staleness for r in records[n:]}, {n - 1})
+    # Evenly staggered windows of λ = 2 simulated steps each.
+    np.testing.assert_allclose([r.simulated_time for r in records],
+                               2 * np.arange(1, 3 * n + 1) / n)
+
+  def test_speeds(self):
+    # Worker 0 is twice as fast as worker 1; each has 20 windows.
+    x = np.random.default_rng(0).normal(size=(2 * 40, ref.DIM)).astype(
+        np.float32)
+    sim = _quadratic_sim(_strategy("dynsgd", window=2), 2, x,
+                         commit_order="speeds", worker_speeds=[2.0, 1.0])
+    records = _run(sim)
+    both = [r for r in records if r.simulated_time <= 20.0]  # 0 finishes.
+    self.assertEqual(sum(r.worker == 0 for r in both), 20)
+    self.assertEqual(sum(r.worker == 1 for r in both), 10)
+    self.assertLen(records, 40)
+    for k, speed in ((0, 2.0), (1, 1.0)):
+      times = [r.simulated_time for r in records if r.worker == k]
+      np.testing.assert_allclose(times, 2 * np.arange(1, 21) / speed)
+    times = [r.simulated_time for r in records]
+    self.assertEqual(times, sorted(times))
+    self.assertEqual(sim.info["worker_speeds"], [2.0, 1.0])
+
+  def test_lognormal_speeds_masked_and_vmapped(self):
+    # A seeded spread; k = 1 (masked workers skipped) and k = n (masked
+    # workers computed and discarded) give the same run.
+    n = 4
+    x = np.random.default_rng(1).normal(size=(n * 12, ref.DIM)).astype(
+        np.float32)
+    runs = []
+    for k in (1, n):
+      sim = _quadratic_sim(_strategy("adag", window=2), n, x,
+                           commit_order="speeds", workers_per_call=k)
+      records = _run(sim)
+      runs.append((records, sim.center()))
+    speeds = sim.info["worker_speeds"]
+    self.assertLen(set(speeds), n)
+    (r1, c1), (r2, c2) = runs
+    self.assertEqual([r.worker for r in r1], [r.worker for r in r2])
+    self.assertEqual([r.staleness for r in r1], [r.staleness for r in r2])
+    np.testing.assert_allclose(c1, c2, rtol=1e-6, atol=1e-7)
+    self.assertGreater(len({r.round for r in r1}), 6)  # Some rounds masked.
+    fastest = int(np.argmax(speeds))
+    self.assertEqual(r1[0].worker, fastest)
+
+
+class RejectionTest(absltest.TestCase):
+
+  def test_non_finite_commit_is_rejected_and_worker_restarts(self):
+    n = 2
+    x = np.random.default_rng(0).normal(size=(n * 8, ref.DIM)).astype(
+        np.float32)
+    start, _ = shard_bounds(len(x), n, 1)
+    first = BatchSampler(8, np.random.default_rng([0, 1])).take(2)
+    x[start + first[0]] = np.nan  # Worker 1's first window diverges.
+    sim = _quadratic_sim(_strategy("agn", window=2), n, x)
+    records = sim.run_round()
+    self.assertEqual([r.rejected for r in records], [False, True])
+    self.assertEqual([r.clock for r in records], [1, 1])
+    center = sim.center()
+    self.assertTrue(np.isfinite(center).all())
+    # It restarted from the center: its next commit is finite and applied.
+    records = sim.run_round()
+    self.assertEqual([r.rejected for r in records], [False, False])
+    self.assertEqual(records[-1].clock, 3)
+    self.assertEqual(sim.state()["meta"]["rejected_commits"], 1)
+
+  def test_diverged(self):
+    x = np.full((8, ref.DIM), np.nan, np.float32)
+    sim = _quadratic_sim(_strategy("aeasgd", window=2), 1, x)
+    sim.run_round()
+    sim.run_round()
+    with self.assertRaises(Diverged) as caught:
+      sim.run_round()
+    self.assertTrue(caught.exception.records[0].rejected)
+    self.assertEqual(sim.clock, 0)
+
+
+class DeterminismTest(absltest.TestCase):
+
+  def test_same_run_twice_and_restore(self):
+    ds = load_synthetic(size=600, seed=0)
+    config = _tiny_config(strategy="adag", num_workers=3)
+    full = Simulation(config, ds, commit_order="random")
+    full_records = _run(full)
+    self.assertGreater(len(full_records), 9)
+    orders = {tuple(r.worker for r in full_records[i:i + 3])
+              for i in range(0, len(full_records), 3)}
+    self.assertGreater(len(orders), 1)  # Really random.
+
+    first = Simulation(config, ds, commit_order="random")
+    records = first.run_round() + first.run_round()
+    saved = first.state()
+    saved["meta"] = json.loads(json.dumps(saved["meta"]))
+    saved["arrays"] = jax.tree.leaves(saved["arrays"])  # As a checkpoint.
+    second = Simulation(config, ds, commit_order="random")
+    second.restore(saved)
+    records += _run(second)
+    self.assertEqual(records, full_records)  # Bit for bit.
+    np.testing.assert_array_equal(second.center(), full.center())
+    self.assertEqual(second.state()["meta"], full.state()["meta"])
+    loss, accuracy = second.evaluate(ds.x_test, ds.y_test)
+    self.assertTrue(np.isfinite(loss) and 0 <= accuracy <= 1)
+
+    with self.assertRaisesRegex(ValueError, "commit_order"):
+      Simulation(config, ds).restore(saved)
+
+
+_SHARDED = textwrap.dedent("""
+    import json
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+    from agn_jax import TrainConfig
+    from agn_jax.data import load_synthetic
+    from agn_jax.simulator import Simulation
+
+    ds = load_synthetic(size=600, seed=0)
+    out = {"devices": jax.local_device_count()}
+    for name, n, order, k in (("agn", 4, "round_robin", None),
+                              ("adag", 8, "random", 2),
+                              ("aeasgd", 4, "speeds", None)):
+      config = TrainConfig(strategy=name, num_workers=n,
+                           communication_window=2, hidden_sizes=(8,),
+                           batch_size=4, epochs=0.3, seed=0)
+      runs = []
+      for mesh in (None, Mesh(np.array(jax.devices()[:1]), ("workers",))):
+        sim = Simulation(config, ds, commit_order=order, mesh=mesh,
+                         workers_per_call=k)
+        records = [list(r) for rs in sim for r in rs]
+        runs.append({"info": sim.info, "records": records,
+                     "center": sim.center().tolist()})
+      out[name] = runs
+    print(json.dumps(out))
+""")
+
+
+class ShardedTest(absltest.TestCase):
+
+  def test_sharded_equals_unsharded(self):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONPATH=REPO)
+    result = subprocess.run([sys.executable, "-c", _SHARDED], env=env,
+                            capture_output=True, text=True, timeout=300,
+                            cwd=REPO)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    self.assertEqual(out["devices"], 4)
+    for name in ("agn", "adag", "aeasgd"):
+      sharded, single = out[name]
+      self.assertEqual(sharded["info"]["num_devices"], 4, name)
+      self.assertEqual(single["info"]["num_devices"], 1, name)
+      self.assertNotEmpty(sharded["records"])
+      for a, b in zip(sharded["records"], single["records"]):
+        self.assertEqual(a[:4], b[:4])  # worker, window, clock, staleness
+        np.testing.assert_allclose(a[4:6], b[4:6], rtol=1e-5)
+        self.assertEqual(a[6:], b[6:])
+      self.assertLen(sharded["records"], len(single["records"]))
+      np.testing.assert_allclose(sharded["center"], single["center"],
+                                 rtol=1e-5, atol=1e-6)
+
+
+if __name__ == "__main__":
+  absltest.main()
