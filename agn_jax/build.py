@@ -7,31 +7,84 @@ process builds exactly the same thing from the same config.
 import jax
 import numpy as np
 
-from agn_jax import models, strategies
+from agn_jax import models, strategies, transform
+from agn_jax import config as config_lib
 from agn_jax.config import TrainConfig
 
 
-def build_strategy(config: TrainConfig) -> strategies.Strategy:
-  """The strategy, worker optimizer and server optimizer a config names."""
-  if config.strategy == "eamsgd":
-    # EAMSGD is defined by its momentum workers.
-    inner = strategies.make_worker_optimizer("momentum", config.learning_rate,
-                                             config.momentum)
+def check_strategy_settings(config: TrainConfig) -> TrainConfig:
+  """Checks the strategy settings of `config` without building anything.
+
+  Starts no JAX backend, so the launcher and the CLI can call it up front.
+
+  Args:
+    config: a config, resolved or not.
+
+  Returns:
+    `config.resolved()`.
+
+  Raises:
+    ValueError: one line, for an unknown strategy or optimizer name, or a
+      setting the strategy cannot honour: eamsgd without momentum workers,
+      or a normalization other than the strategy's own for one that has none
+      to choose (only agn and adag take one).
+  """
+  config = config.resolved()
+  name = config.strategy
+  if config.worker_optimizer not in strategies.WORKER_OPTIMIZERS:
+    raise ValueError(f"worker_optimizer must be one of "
+                     f"{', '.join(strategies.WORKER_OPTIMIZERS)}, got "
+                     f"{config.worker_optimizer!r}")
+  if config.server_optimizer not in strategies.SERVER_OPTIMIZERS:
+    raise ValueError(f"server_optimizer must be one of "
+                     f"{', '.join(strategies.SERVER_OPTIMIZERS)}, got "
+                     f"{config.server_optimizer!r}")
+  if name == "eamsgd" and config.worker_optimizer != "momentum":
+    raise ValueError("eamsgd is AEASGD with momentum workers: its "
+                     "worker_optimizer must be momentum, got "
+                     f"{config.worker_optimizer!r}")
+  if "normalization" in strategies.parameters(name):
+    if config.normalization not in transform.NORMALIZATIONS:
+      raise ValueError(f"normalization must be one of "
+                       f"{', '.join(transform.NORMALIZATIONS)}, got "
+                       f"{config.normalization!r}")
   else:
-    inner = strategies.make_worker_optimizer(config.worker_optimizer,
-                                             config.learning_rate,
-                                             config.momentum)
+    own = strategies.paper_defaults(name).get(
+        "normalization", config_lib.GENERIC_DEFAULTS["normalization"])
+    if config.normalization != own:
+      raise ValueError(f"strategy {name!r} has no normalization to choose "
+                       f"(it uses {own!r}), got normalization="
+                       f"{config.normalization!r}; agn and adag take one")
+  return config
+
+
+def build_strategy(config: TrainConfig) -> strategies.Strategy:
+  """The strategy, worker optimizer and server optimizer a config names.
+
+  Works on the resolved config (`config.resolved()`, taken here if `config`
+  still has fields left at None), and passes the strategy's factory exactly
+  the arguments it takes (`strategies.parameters`).
+
+  Raises:
+    ValueError: for anything `check_strategy_settings` rejects, or a bad
+      value (e.g. a learning rate <= 0).
+  """
+  config = check_strategy_settings(config)
+  name = config.strategy
+  accepted = strategies.parameters(name)
+  inner = strategies.make_worker_optimizer(config.worker_optimizer,
+                                           config.learning_rate,
+                                           config.momentum)
   outer = strategies.make_server_optimizer(config.server_optimizer,
                                            config.server_learning_rate,
                                            config.server_momentum)
+  settings = dict(communication_window=config.communication_window,
+                  inner=inner, learning_rate=config.learning_rate,
+                  rho=config.rho, momentum=config.momentum,
+                  normalization=config.normalization,
+                  server_optimizer=outer)
   return strategies.get_strategy(
-      config.strategy,
-      communication_window=config.communication_window,
-      inner=inner,
-      learning_rate=config.learning_rate,
-      rho=config.rho,
-      momentum=config.momentum,
-      server_optimizer=outer)
+      name, **{k: v for k, v in settings.items() if k in accepted})
 
 
 def build_model(config: TrainConfig, num_classes: int, input_shape):

@@ -1,14 +1,47 @@
-"""The one configuration object that the CLI builds and the runtime consumes."""
+"""The one configuration object that the CLI builds and the runtime consumes.
+
+The lists of valid names live with their owners: `agn_jax.strategies.available()`,
+`agn_jax.models.MODELS`, `agn_jax.data.DATASETS`,
+`agn_jax.strategies.WORKER_OPTIMIZERS` / `SERVER_OPTIMIZERS`,
+`agn_jax.transform.NORMALIZATIONS` and `agn_jax.runtime.placement.PLATFORMS`.
+This module imports none of them at import time.
+"""
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-STRATEGIES = ("agn", "downpour", "aeasgd", "eamsgd", "dynsgd", "adag")
-DATASETS = ("digits", "mnist", "mnist1d", "synthetic")
-MODELS = ("mlp", "cnn")
-WORKER_OPTIMIZERS = ("adam", "sgd", "momentum")
-SERVER_OPTIMIZERS = ("none", "sgd", "nesterov")
-PLATFORMS = ("cpu", "gpu", "tpu")
+# The fields a per-strategy flagfile (`sweep --strategy_flagfile`) may set:
+# a strategy's own settings, never the data budget or the grid.
+STRATEGY_SETTINGS = ("worker_optimizer", "learning_rate", "momentum", "rho",
+                     "normalization", "server_optimizer",
+                     "server_learning_rate", "server_momentum")
+
+# What a strategy-specific field that is None and has no paper default for
+# the strategy becomes (e.g. the momentum of agn's optional momentum workers).
+GENERIC_DEFAULTS = {"worker_optimizer": "adam", "learning_rate": 1e-3,
+                    "momentum": 0.9, "rho": 5.0, "normalization": "none"}
+
+
+def _owned_names() -> Dict[str, Any]:
+  # Imported late: each owner pulls in JAX or the runtime.
+  from agn_jax import data, models, strategies, transform  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime import placement  # pylint: disable=g-import-not-at-top
+  return {"STRATEGIES": strategies.available(),
+          "DATASETS": tuple(data.DATASETS),
+          "MODELS": tuple(models.MODELS),
+          "WORKER_OPTIMIZERS": tuple(strategies.WORKER_OPTIMIZERS),
+          "SERVER_OPTIMIZERS": tuple(strategies.SERVER_OPTIMIZERS),
+          "NORMALIZATIONS": tuple(transform.NORMALIZATIONS),
+          "PLATFORMS": tuple(placement.PLATFORMS)}
+
+
+def __getattr__(name):
+  # Compatibility for callers not yet asking the owners: `config.STRATEGIES`
+  # and friends are computed from the owner on each access, never copied.
+  if name in ("STRATEGIES", "DATASETS", "MODELS", "WORKER_OPTIMIZERS",
+              "SERVER_OPTIMIZERS", "NORMALIZATIONS", "PLATFORMS"):
+    return _owned_names()[name]
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass
@@ -16,20 +49,25 @@ class TrainConfig:
   """Everything one distributed training run needs.
 
   Attributes:
-    strategy: name in the strategy registry (`agn_jax.strategies.STRATEGIES`).
+    strategy: name in the strategy registry (`agn_jax.strategies.available()`).
     num_workers: number of worker processes `n`.
     communication_window: local steps `λ` between commits.
-    dataset: one of `DATASETS`.
+    dataset: one of `agn_jax.data.DATASETS`.
     data_dir: where the mnist IDX files live (or are downloaded to).
     dataset_size: number of examples for generated datasets (synthetic, mnist1d).
-    model: one of `MODELS`.
+    model: one of `agn_jax.models.MODELS`.
     hidden_sizes: widths of the MLP's hidden layers.
     batch_size: mini-batch size of every local step.
     epochs: total epochs' worth of data, split equally over the workers.
-    worker_optimizer: the local optimizer, one of `WORKER_OPTIMIZERS`.
+    worker_optimizer: the local optimizer, one of
+      `agn_jax.strategies.WORKER_OPTIMIZERS`; None: the strategy's paper
+      default (`agn_jax.strategies.paper_defaults`), as for the next four.
     learning_rate: the local optimizer's learning rate `η`.
     momentum: momentum of the `momentum` optimizer (and of eamsgd's workers).
     rho: elasticity `ρ` of aeasgd/eamsgd (`α = ρ η`).
+    normalization: what AGN divides the accumulated update by before it is
+      committed: "window" (λ, the paper), "none" (DOWNPOUR's raw delta) or
+      "l2" (its L2 norm); used by agn and adag.
     server_optimizer: DiLoCo-style outer optimizer on the committed deltas.
     server_learning_rate: its learning rate.
     server_momentum: its momentum.
@@ -44,6 +82,10 @@ class TrainConfig:
     max_worker_restarts: how many worker restarts the whole run allows (all
       workers together; each --resume session starts afresh) before it fails.
     resume: continue the run found in `workdir` from its last checkpoint.
+    backend: how the run is run (`agn_jax.runtime.backend.available()`):
+      "processes" (real processes and shared memory on one host, the
+      reference), "simulated" (the workers vmapped in one deterministic
+      program) or "ray" (actors on a Ray cluster).
   """
   strategy: str = "agn"
   num_workers: int = 4
@@ -55,10 +97,11 @@ class TrainConfig:
   hidden_sizes: Tuple[int, ...] = (256, 128)
   batch_size: int = 16
   epochs: float = 40.0
-  worker_optimizer: str = "adam"
-  learning_rate: float = 1e-3
-  momentum: float = 0.9
-  rho: float = 5.0
+  worker_optimizer: Optional[str] = None
+  learning_rate: Optional[float] = None
+  momentum: Optional[float] = None
+  rho: Optional[float] = None
+  normalization: Optional[str] = None
   server_optimizer: str = "none"
   server_learning_rate: float = 0.7
   server_momentum: float = 0.9
@@ -70,6 +113,34 @@ class TrainConfig:
   checkpoint_every_seconds: float = 60.0
   max_worker_restarts: int = 3
   resume: bool = False
+  backend: str = "processes"
+
+  def resolved(self) -> "TrainConfig":
+    """A copy whose strategy-specific fields left at None hold the values used.
+
+    Each None among `worker_optimizer`, `learning_rate`, `momentum`, `rho`
+    and `normalization` takes the strategy's paper default
+    (`agn_jax.strategies.paper_defaults`), else `GENERIC_DEFAULTS`. Values
+    already set are kept, so resolving twice changes nothing.
+
+    Raises:
+      ValueError: for a strategy not in the registry.
+
+    Example:
+      >>> c = TrainConfig(strategy="aeasgd", rho=2.0).resolved()
+      >>> c.worker_optimizer, c.learning_rate, c.rho
+      ('sgd', 0.01, 2.0)
+    """
+    from agn_jax import strategies  # pylint: disable=g-import-not-at-top
+    defaults = dict(GENERIC_DEFAULTS, **strategies.paper_defaults(
+        self.strategy))
+    return dataclasses.replace(self, **{
+        name: value for name, value in defaults.items()
+        if getattr(self, name) is None})
+
+  def is_resolved(self) -> bool:
+    """Whether no strategy-specific field is left at None."""
+    return all(getattr(self, name) is not None for name in GENERIC_DEFAULTS)
 
   def to_dict(self):
     d = dataclasses.asdict(self)

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-MODELS = ("mlp", "cnn")
 PAPER_HIDDEN_SIZES = (1000, 2000, 1000)
 
 Params = Any
@@ -74,6 +73,26 @@ class CNN(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+def _mlp(num_classes, input_shape, hidden_sizes):
+  del input_shape  # The MLP takes flat inputs of any width.
+  if any(int(w) < 1 for w in hidden_sizes):
+    raise ValueError(f"hidden_sizes must be positive, got {hidden_sizes}")
+  return MLP(tuple(int(w) for w in hidden_sizes), int(num_classes))
+
+
+def _cnn(num_classes, input_shape, hidden_sizes):
+  del hidden_sizes  # The CNN has its own fixed widths.
+  if not 1 <= len(input_shape) <= 3:
+    raise ValueError(f"input_shape must have rank 1 to 3 for the cnn, got "
+                     f"{tuple(input_shape)}")
+  return CNN(int(num_classes), tuple(int(d) for d in input_shape))
+
+
+# name -> builder(num_classes, input_shape, hidden_sizes); the model registry.
+_BUILDERS = {"mlp": _mlp, "cnn": _cnn}
+MODELS = tuple(_BUILDERS)
+
+
 def create_model(
     name: str,
     num_classes: int,
@@ -83,7 +102,7 @@ def create_model(
   """Builds a model by name.
 
   Args:
-    name: `"mlp"` or `"cnn"`.
+    name: one of `MODELS`: `"mlp"` or `"cnn"`.
     num_classes: number of output logits.
     input_shape: per-example shape with a channel axis (used by the CNN).
     hidden_sizes: hidden widths of the MLP (ignored by the CNN).
@@ -96,16 +115,9 @@ def create_model(
     >>> type(model).__name__
     'MLP'
   """
-  if name == "mlp":
-    if any(int(w) < 1 for w in hidden_sizes):
-      raise ValueError(f"hidden_sizes must be positive, got {hidden_sizes}")
-    return MLP(tuple(int(w) for w in hidden_sizes), int(num_classes))
-  if name == "cnn":
-    if not 1 <= len(input_shape) <= 3:
-      raise ValueError(f"input_shape must have rank 1 to 3 for the cnn, got "
-                       f"{tuple(input_shape)}")
-    return CNN(int(num_classes), tuple(int(d) for d in input_shape))
-  raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")
+  if name not in _BUILDERS:
+    raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")
+  return _BUILDERS[name](num_classes, input_shape, hidden_sizes)
 
 
 def init_params(model: nn.Module, rng: jax.Array, input_dim: int) -> Params:

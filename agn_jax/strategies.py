@@ -5,7 +5,8 @@ strategy up by name in the registry and follows its protocol.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+import inspect
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -190,21 +191,78 @@ class Strategy:
 
 
 _REGISTRY: Dict[str, Callable[..., Strategy]] = {}
+_PAPER_DEFAULTS: Dict[str, Dict[str, Any]] = {}
 
 
-def register(name: str):
-  """Decorator that adds a strategy factory to the registry under `name`."""
+def register(name: str, paper_defaults: Optional[Mapping[str, Any]] = None):
+  """Decorator that adds a strategy factory to the registry under `name`.
+
+  Args:
+    name: the registry name.
+    paper_defaults: the `TrainConfig` settings PAPER.md gives this strategy
+      (`worker_optimizer`, `learning_rate`, `momentum`, `rho`,
+      `normalization`, as they apply); what `paper_defaults(name)` returns.
+  """
 
   def wrap(factory):
     _REGISTRY[name] = factory
+    _PAPER_DEFAULTS[name] = dict(paper_defaults or {})
     return factory
 
   return wrap
 
 
 def available() -> Tuple[str, ...]:
-  """The names in the registry."""
+  """The names in the registry, in registration order."""
   return tuple(_REGISTRY)
+
+
+def _check_name(name: str) -> None:
+  if name not in _REGISTRY:
+    raise ValueError(
+        f"unknown strategy {name!r}; available: {', '.join(_REGISTRY)}")
+
+
+def paper_defaults(name: str) -> Dict[str, Any]:
+  """The settings PAPER.md gives strategy `name`, as `TrainConfig` field values.
+
+  A `TrainConfig` field left at None takes its value from here (see
+  `TrainConfig.resolved`); a field a strategy has no paper value for is
+  absent.
+
+  Args:
+    name: one of `available()`.
+
+  Returns:
+    A new dict, e.g. `{"worker_optimizer": "sgd", "learning_rate": 0.01,
+    "rho": 5.0, ...}` for aeasgd.
+
+  Raises:
+    ValueError: for an unknown name.
+
+  Example:
+    >>> from agn_jax.strategies import paper_defaults
+    >>> d = paper_defaults("eamsgd")
+    >>> d["worker_optimizer"], d["learning_rate"], d["momentum"], d["rho"]
+    ('momentum', 0.01, 0.9, 5.0)
+  """
+  _check_name(name)
+  return dict(_PAPER_DEFAULTS[name])
+
+
+def parameters(name: str) -> Tuple[str, ...]:
+  """The keyword arguments strategy `name`'s factory takes.
+
+  `build.build_strategy` passes a factory exactly these, so a setting a
+  strategy does not have is never silently dropped inside the factory.
+
+  Example:
+    >>> from agn_jax.strategies import parameters
+    >>> "rho" in parameters("aeasgd"), "rho" in parameters("agn")
+    (True, False)
+  """
+  _check_name(name)
+  return tuple(inspect.signature(_REGISTRY[name]).parameters)
 
 
 def get_strategy(name: str, **kwargs) -> Strategy:
@@ -212,15 +270,19 @@ def get_strategy(name: str, **kwargs) -> Strategy:
 
   Args:
     name: one of `available()`: agn, downpour, aeasgd, eamsgd, dynsgd, adag.
-    **kwargs: `communication_window`, `inner` (the local optimizer; each
-      strategy has PAPER.md's default), `learning_rate`, `rho`, `momentum`,
-      `server_optimizer` (an optax transformation or None).
+    **kwargs: the factory's arguments (`parameters(name)`), e.g.
+      `communication_window`, `inner` (the local optimizer; each strategy has
+      PAPER.md's default), `learning_rate`, `rho` (aeasgd, eamsgd),
+      `momentum` (eamsgd), `normalization` (agn, adag), `server_optimizer`
+      (an optax transformation or None).
 
   Returns:
     A `Strategy`.
 
   Raises:
-    ValueError: for an unknown name or a bad argument.
+    ValueError: for an unknown name or a bad argument value.
+    TypeError: for an argument the strategy does not take (a misspelled
+      `comunication_window=` is an error, not a silent default).
 
   Example:
     >>> from agn_jax import get_strategy
@@ -228,9 +290,14 @@ def get_strategy(name: str, **kwargs) -> Strategy:
     >>> s.protocol, s.payload
     ('commit_then_pull', ('delta',))
   """
-  if name not in _REGISTRY:
-    raise ValueError(
-        f"unknown strategy {name!r}; available: {', '.join(_REGISTRY)}")
+  _check_name(name)
+  accepted = parameters(name)
+  unknown = [key for key in kwargs if key not in accepted]
+  if unknown:
+    raise TypeError(
+        f"strategy {name!r} takes no argument "
+        f"{', '.join(repr(k) for k in unknown)}; it takes "
+        f"{', '.join(accepted)}")
   return _REGISTRY[name](**kwargs)
 
 
@@ -255,60 +322,56 @@ def _commit_then_pull(name, communication_window, inner, normalization,
       pull_fn=reanchor_pull)
 
 
-@register("agn")
+@register("agn", paper_defaults=dict(
+    worker_optimizer="adam", learning_rate=1e-3, normalization="window"))
 def agn_strategy(communication_window: int = 10,
                  inner: Optional[optax.GradientTransformation] = None,
                  learning_rate: float = 1e-3,
                  server_optimizer=None,
-                 normalization: transform.Normalization = "window",
-                 **unused) -> Strategy:
+                 normalization: transform.Normalization = "window") -> Strategy:
   """AGN: commit `a/λ`, the server adds it (FIFO)."""
-  del unused
   return _commit_then_pull("agn", communication_window,
                            inner or optax.adam(learning_rate), normalization,
                            add_increment, server_optimizer)
 
 
-@register("downpour")
+@register("downpour", paper_defaults=dict(
+    worker_optimizer="adam", learning_rate=1e-3, normalization="none"))
 def downpour_strategy(communication_window: int = 10,
                       inner: Optional[optax.GradientTransformation] = None,
                       learning_rate: float = 1e-3,
-                      server_optimizer=None,
-                      **unused) -> Strategy:
+                      server_optimizer=None) -> Strategy:
   """DOWNPOUR: commit the raw accumulated delta, the server adds it."""
-  del unused
   return _commit_then_pull("downpour", communication_window,
                            inner or optax.adam(learning_rate), "none",
                            add_increment, server_optimizer)
 
 
-@register("dynsgd")
+@register("dynsgd", paper_defaults=dict(
+    worker_optimizer="adam", learning_rate=1e-3, normalization="none"))
 def dynsgd_strategy(communication_window: int = 10,
                     inner: Optional[optax.GradientTransformation] = None,
                     learning_rate: float = 1e-3,
-                    server_optimizer=None,
-                    **unused) -> Strategy:
+                    server_optimizer=None) -> Strategy:
   """DynSGD: commit the raw delta, the server scales it by `1/(τ+1)`."""
-  del unused
   return _commit_then_pull("dynsgd", communication_window,
                            inner or optax.adam(learning_rate), "none",
                            dynsgd_increment, server_optimizer)
 
 
-@register("adag")
+@register("adag", paper_defaults=dict(
+    worker_optimizer="adam", learning_rate=1e-3, normalization="window"))
 def adag_strategy(communication_window: int = 10,
                   inner: Optional[optax.GradientTransformation] = None,
                   learning_rate: float = 1e-3,
                   server_optimizer=None,
-                  normalization: transform.Normalization = "window",
-                  **unused) -> Strategy:
+                  normalization: transform.Normalization = "window") -> Strategy:
   """The thesis' staleness-aware element-wise rule on AGN's normalized delta.
 
   The worker commits its AGN delta together with the center it pulled; the
   server divides element-wise by `η⁻¹ (θ̃ − θ̃_stale)² + 1`, with `η` the
   workers' `learning_rate`.
   """
-  del unused
   _check_positive(learning_rate=learning_rate)
   return _commit_then_pull("adag", communication_window,
                            inner or optax.adam(learning_rate), normalization,
@@ -335,38 +398,42 @@ def _elastic(name, communication_window, inner, learning_rate, rho,
       pull_fn=keep_pull)
 
 
-@register("aeasgd")
+@register("aeasgd", paper_defaults=dict(
+    worker_optimizer="sgd", learning_rate=0.01, rho=5.0, normalization="none"))
 def aeasgd_strategy(communication_window: int = 10,
                     inner: Optional[optax.GradientTransformation] = None,
                     learning_rate: float = 0.01,
                     rho: float = 5.0,
-                    server_optimizer=None,
-                    **unused) -> Strategy:
+                    server_optimizer=None) -> Strategy:
   """Asynchronous EASGD: plain SGD locally, elastic commit `α (θ_k − θ̃)`, `α = ρη`."""
-  del unused
   return _elastic("aeasgd", communication_window,
                   inner or optax.sgd(learning_rate), learning_rate, rho,
                   server_optimizer)
 
 
-@register("eamsgd")
+@register("eamsgd", paper_defaults=dict(
+    worker_optimizer="momentum", learning_rate=0.01, momentum=0.9, rho=5.0,
+    normalization="none"))
 def eamsgd_strategy(communication_window: int = 10,
                     inner: Optional[optax.GradientTransformation] = None,
                     learning_rate: float = 0.01,
                     rho: float = 5.0,
                     momentum: float = 0.9,
-                    server_optimizer=None,
-                    **unused) -> Strategy:
+                    server_optimizer=None) -> Strategy:
   """EAMSGD: AEASGD whose local steps use momentum (μ = 0.9 by default)."""
-  del unused
   return _elastic("eamsgd", communication_window,
                   inner or optax.sgd(learning_rate, momentum=momentum),
                   learning_rate, rho, server_optimizer)
 
 
+# The local optimizers `--worker_optimizer` names, and DiLoCo-style outer ones.
+WORKER_OPTIMIZERS = ("adam", "sgd", "momentum")
+SERVER_OPTIMIZERS = ("none", "sgd", "nesterov")
+
+
 def make_worker_optimizer(name: str, learning_rate: float,
                           momentum: float = 0.9) -> optax.GradientTransformation:
-  """The local optimizer named by `--worker_optimizer`: adam, sgd or momentum."""
+  """The local optimizer named by `--worker_optimizer`: one of `WORKER_OPTIMIZERS`."""
   _check_positive(learning_rate=learning_rate)
   if name == "adam":
     return optax.adam(learning_rate)
@@ -374,14 +441,14 @@ def make_worker_optimizer(name: str, learning_rate: float,
     return optax.sgd(learning_rate)
   if name == "momentum":
     return optax.sgd(learning_rate, momentum=momentum)
-  raise ValueError(
-      f"worker_optimizer must be one of adam, sgd, momentum, got {name!r}")
+  raise ValueError(f"worker_optimizer must be one of "
+                   f"{', '.join(WORKER_OPTIMIZERS)}, got {name!r}")
 
 
 def make_server_optimizer(name: str, learning_rate: float = 0.7,
                           momentum: float = 0.9
                          ) -> Optional[optax.GradientTransformation]:
-  """The outer optimizer named by `--server_optimizer`: none, sgd or nesterov.
+  """The outer optimizer named by `--server_optimizer`: one of `SERVER_OPTIMIZERS`.
 
   DiLoCo's own setting is `nesterov` with learning rate 0.7 and momentum 0.9.
   """
@@ -392,5 +459,5 @@ def make_server_optimizer(name: str, learning_rate: float = 0.7,
     return optax.sgd(learning_rate)
   if name == "nesterov":
     return optax.sgd(learning_rate, momentum=momentum, nesterov=True)
-  raise ValueError(
-      f"server_optimizer must be one of none, sgd, nesterov, got {name!r}")
+  raise ValueError(f"server_optimizer must be one of "
+                   f"{', '.join(SERVER_OPTIMIZERS)}, got {name!r}")

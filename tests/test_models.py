@@ -53,6 +53,16 @@ def test_create_model_rejects_unknown_names_and_shapes():
     models.create_model("mlp", 10, (4,), hidden_sizes=(0,))
 
 
+def test_the_model_list_is_what_create_model_builds():
+  # The registry is the one list: the flags and the config ask it.
+  assert models.MODELS == ("mlp", "cnn")
+  built = {name: type(models.create_model(name, 10, (8, 8, 1), (16,)))
+           for name in models.MODELS}
+  assert built == {"mlp": models.MLP, "cnn": models.CNN}
+  with pytest.raises(ValueError, match="choose one of.*mlp.*cnn"):
+    models.create_model("resnet", 10, (8, 8, 1))
+
+
 def test_classification_loss_matches_hand_computation():
   logits = jnp.array([[2.0, 0.0, 0.0], [0.0, 1.0, 3.0], [1.0, 1.0, 0.0]])
   labels = jnp.array([0, 1, 1])

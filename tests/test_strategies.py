@@ -77,8 +77,9 @@ class StrategyTrajectoryTest(parameterized.TestCase):
   def test_matches_paper_formulas(self, name):
     inner = (optax.sgd(LR, momentum=0.9) if name == "eamsgd" else
              optax.sgd(LR))
+    extra = {"rho": 5.0} if name in ("aeasgd", "eamsgd") else {}
     strategy = get_strategy(name, communication_window=WINDOW, inner=inner,
-                            learning_rate=LR, rho=5.0)
+                            learning_rate=LR, **extra)
     centers, stalenesses = _run_strategy(strategy)
     ref_centers, ref_stalenesses = _reference(name)
     self.assertEqual(stalenesses, ref_stalenesses)
@@ -161,6 +162,73 @@ class RegistryTest(parameterized.TestCase):
       strategies.make_worker_optimizer("rmsprop", 0.1)
     with self.assertRaisesRegex(ValueError, "server_optimizer"):
       strategies.make_server_optimizer("adamw")
+
+  @parameterized.parameters(*[(name,) for name in (
+      "agn", "downpour", "aeasgd", "eamsgd", "dynsgd", "adag")])
+  def test_misspelled_keyword_is_an_error_naming_it(self, name):
+    with self.assertRaisesRegex(TypeError, "'comunication_window'"):
+      get_strategy(name, comunication_window=3)
+
+  def test_keywords_a_strategy_does_not_take_are_errors(self):
+    # AGN has no elasticity; DOWNPOUR commits the raw delta, whatever one asks.
+    with self.assertRaisesRegex(TypeError, "'rho'"):
+      get_strategy("agn", rho=5.0)
+    with self.assertRaisesRegex(TypeError, "'normalization'"):
+      get_strategy("downpour", normalization="window")
+    self.assertIn("rho", strategies.parameters("eamsgd"))
+    self.assertNotIn("rho", strategies.parameters("dynsgd"))
+
+  def test_paper_defaults(self):
+    # PAPER.md: AGN, DOWNPOUR, DynSGD and the thesis' ADAG with Adam 1e-3;
+    # AEASGD with SGD, η = 0.01, ρ = 5; EAMSGD with momentum 0.9, η = 0.01,
+    # ρ = 5. AGN (and ADAG on AGN's delta) divide by the window.
+    adam = {"worker_optimizer": "adam", "learning_rate": 1e-3}
+    self.assertEqual(strategies.paper_defaults("agn"),
+                     dict(adam, normalization="window"))
+    self.assertEqual(strategies.paper_defaults("adag"),
+                     dict(adam, normalization="window"))
+    self.assertEqual(strategies.paper_defaults("downpour"),
+                     dict(adam, normalization="none"))
+    self.assertEqual(strategies.paper_defaults("dynsgd"),
+                     dict(adam, normalization="none"))
+    self.assertEqual(strategies.paper_defaults("aeasgd"), {
+        "worker_optimizer": "sgd", "learning_rate": 0.01, "rho": 5.0,
+        "normalization": "none"})
+    self.assertEqual(strategies.paper_defaults("eamsgd"), {
+        "worker_optimizer": "momentum", "learning_rate": 0.01,
+        "momentum": 0.9, "rho": 5.0, "normalization": "none"})
+    # A copy: changing it changes nothing.
+    strategies.paper_defaults("agn")["learning_rate"] = 1.0
+    self.assertEqual(strategies.paper_defaults("agn")["learning_rate"], 1e-3)
+    with self.assertRaisesRegex(ValueError, "unknown strategy 'sgdx'"):
+      strategies.paper_defaults("sgdx")
+
+  def test_factory_defaults_are_the_paper_defaults(self):
+    # Without arguments, aeasgd's workers are SGD(0.01) and its α is 0.05:
+    # one local step on gradient 1 moves θ by -0.01; E = 0.05 (θ − θ̃).
+    s = get_strategy("aeasgd")
+    state = s.worker_transform.init(jnp.zeros(1))
+    updates, _ = s.worker_transform.update(jnp.ones(1), state, jnp.zeros(1))
+    np.testing.assert_allclose(updates, [-0.01])
+    commit, _, _ = s.commit_fn(jnp.asarray([2.0]), None, jnp.asarray([0.0]))
+    np.testing.assert_allclose(commit["delta"], [0.1])
+
+  def test_a_newly_registered_strategy_is_reachable(self):
+    @strategies.register("test_only", paper_defaults={"learning_rate": 0.5})
+    def test_only(communication_window: int = 10):
+      return get_strategy("downpour", communication_window=communication_window)
+
+    try:
+      from agn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+      self.assertIn("test_only", strategies.available())
+      self.assertIn("test_only", config_lib.STRATEGIES)
+      self.assertEqual(strategies.paper_defaults("test_only"),
+                       {"learning_rate": 0.5})
+      self.assertEqual(get_strategy("test_only", communication_window=2)
+                       .communication_window, 2)
+    finally:
+      del strategies._REGISTRY["test_only"]  # pylint: disable=protected-access
+      del strategies._PAPER_DEFAULTS["test_only"]  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":

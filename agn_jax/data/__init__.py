@@ -10,7 +10,15 @@ from agn_jax.data.mnist import load_mnist
 from agn_jax.data.mnist1d import load_mnist1d
 from agn_jax.data.synthetic import load_synthetic
 
-DATASETS = ("digits", "mnist", "mnist1d", "synthetic")
+# name -> loader(data_dir, size, seed); `DATASETS` is read off this table.
+_LOADERS = {
+    "digits": lambda data_dir, size, seed: load_digits(size=size, seed=seed),
+    "mnist": lambda data_dir, size, seed: load_mnist(data_dir, size=size),
+    "mnist1d": lambda data_dir, size, seed: load_mnist1d(size=size, seed=seed),
+    "synthetic": lambda data_dir, size, seed: load_synthetic(size=size,
+                                                             seed=seed),
+}
+DATASETS = tuple(_LOADERS)
 
 
 def load(name: str, data_dir: Optional[str] = None, *,
@@ -38,15 +46,9 @@ def load(name: str, data_dir: Optional[str] = None, *,
     >>> ds.num_classes, ds.input_shape, ds.x_train.dtype
     (10, (8, 8, 1), dtype('float32'))
   """
-  if name == "digits":
-    return load_digits(size=size, seed=seed)
-  if name == "mnist":
-    return load_mnist(data_dir, size=size)
-  if name == "mnist1d":
-    return load_mnist1d(size=size, seed=seed)
-  if name == "synthetic":
-    return load_synthetic(size=size, seed=seed)
-  raise DataError(f"unknown dataset {name!r}; choose one of {DATASETS}")
+  if name not in _LOADERS:
+    raise DataError(f"unknown dataset {name!r}; choose one of {DATASETS}")
+  return _LOADERS[name](data_dir, size, seed)
 
 
 __all__ = ("DATASETS", "DataError", "Dataset", "load", "load_digits",
