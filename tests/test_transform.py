@@ -179,7 +179,17 @@ class CompositionTest(chex.TestCase):
     # commit_delta and reanchor find the AGN state inside the chain.
     self.assertEqual(jax.tree.structure(commit_delta(state)),
                      jax.tree.structure(params))
-    _, state = reanchor(state, params)
+    # 2λ + 1 steps leave the window one step in: reanchoring restarts it at
+    # the pulled center and keeps the inner (clip, sgd) state.
+    self.assertEqual(int(find_agn_state(state).count), 1)
+    center = jax.tree.map(lambda p: p + 1.0, params)
+    inner_before = find_agn_state(state).inner_state
+    new_params, state = reanchor(state, center)
+    chex.assert_trees_all_equal(new_params, center)
+    agn_state = find_agn_state(state)
+    chex.assert_trees_all_equal(agn_state.anchor, center)
+    self.assertEqual(int(agn_state.count), 0)
+    chex.assert_trees_all_equal(agn_state.inner_state, inner_before)
 
   def test_flax_train_state(self):
     window = 2

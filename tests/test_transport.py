@@ -26,7 +26,7 @@ def _committer(transport, worker, values):
     slot = transport.acquire_slot(worker, timeout=10)
     assert slot is not None
     transport.slot(slot)[:] = value
-    transport.commit(CommitHeader(slot, worker, 0, 0.0, 0.0, 0.0))
+    transport.queue_slot(CommitHeader(slot, worker, 0, 0.0, 0.0, 0.0))
 
 
 @pytest.fixture
@@ -76,9 +76,14 @@ def test_full_ring_blocks_until_a_slot_is_freed(make_transport):
   b = transport.acquire_slot(worker=1, timeout=1)
   assert {a, b} == {0, 1}
   assert transport.acquire_slot(worker=2, timeout=0.2) is None  # Backpressure.
-  assert list(transport.slot_owners()) == [0, 1] if a == 0 else [1, 0]
+  # slot_owners()[slot] is the worker holding the slot.
+  owners = list(transport.slot_owners())
+  assert owners[a] == 0 and owners[b] == 1, (a, b, owners)
   transport.free_slot(b)
+  assert list(transport.slot_owners())[b] == -1  # Free.
   assert transport.acquire_slot(worker=2, timeout=1) == b  # Reused.
+  owners = list(transport.slot_owners())
+  assert owners[a] == 0 and owners[b] == 2, (a, b, owners)
 
 
 def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
@@ -88,7 +93,7 @@ def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
   child.start()
   seen, slots = [], set()
   for _ in values:
-    header = transport.next_commit(timeout=30)
+    header = transport.next_slot(timeout=30)
     assert header is not None and header.worker == 7
     payload = transport.slot(header.slot)
     assert payload.shape == (2, 1000)
