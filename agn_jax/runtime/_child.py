@@ -142,7 +142,8 @@ class Fault(NamedTuple):
 
   Read from `AGN_JAX_FAULT="kind:worker=W:window=K[:incarnations=I]"`, kind
   one of `raise` (raise an exception), `exit` (die without a word, as a
-  crash would) or `nan` (commit a non-finite delta once). Window K counts
+  crash would) or `nan` (turn the worker's parameters non-finite before
+  that window's steps, as a non-finite gradient would). Window K counts
   over the worker's whole share; the fault strikes in the first I
   incarnations of the worker (default 1: a restarted worker runs clean).
   """

@@ -182,13 +182,6 @@ class _Worker:
     # A fresh buffer per pull: the device array may alias host memory on CPU.
     return clock, jnp.asarray(buffer)
 
-  def _payload(self, vectors, window):
-    """The commit's payload on the host (what crosses the process boundary)."""
-    payload = tuple(np.asarray(v) for v in vectors)
-    if self.fault and self.fault.kind == "nan" and window == self.fault.window:
-      payload = (np.full_like(payload[0], np.nan),) + payload[1:]
-    return payload
-
   def _push(self, payload, clock, loss, accuracy) -> bool:
     """Commits the payload, waiting for room; False if stopped first.
 
@@ -222,7 +215,7 @@ class _Worker:
 
   def run(self):
     ctx, index = self.ctx, self.index
-    _child.configure_jax(ctx.cache_dir)
+    jax = _child.configure_jax(ctx.cache_dir)
     import jax.numpy as jnp
     from agn_jax import strategies
     config, strategy, _, loss_fn, layout = _child.build_parts(ctx)
@@ -269,6 +262,10 @@ class _Worker:
                              f"{index} at window {window}")
         if self.fault.kind == "exit":
           os._exit(3)
+        if self.fault.kind == "nan":
+          # As a non-finite gradient would: the window's steps, the optimizer
+          # state and so the commit all turn non-finite.
+          params = jax.tree.map(lambda p: p * np.nan, params)
       idx = sampler.take(lam * batch)
       batches = (x_shard[idx].reshape(lam, batch, -1),
                  y_shard[idx].reshape(lam, batch))
@@ -278,7 +275,7 @@ class _Worker:
       accuracy = float(jnp.mean(result.metrics.get("accuracy", jnp.nan)))
       if commit_then_pull:
         payload, params, opt_state = fns.commit(params, opt_state, center)
-        payload = self._payload(payload, window)
+        payload = tuple(np.asarray(v) for v in payload)
         finite = payload_is_finite(payload)
         if not self._push(payload, clock, loss, accuracy):
           break
@@ -288,7 +285,7 @@ class _Worker:
       else:
         clock, center = self._pull(jnp, commits)
         payload, params, opt_state = fns.commit(params, opt_state, center)
-        payload = self._payload(payload, window)
+        payload = tuple(np.asarray(v) for v in payload)
         finite = payload_is_finite(payload)
         if not self._push(payload, clock, loss, accuracy):
           break

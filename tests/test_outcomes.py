@@ -1,0 +1,112 @@
+"""End-to-end outcomes through real processes: recovery from rejected commits, honest failure,
+time bases, resuming a finished run, and the strategies other than AGN."""
+
+import json
+
+import numpy as np
+import pytest
+
+from agn_jax import TrainConfig
+from agn_jax.runtime import NothingToDo, RunError, train
+from helpers import assert_nothing_left, snapshot
+
+
+def _config(tmp_path, **overrides):
+  values = dict(strategy="agn", num_workers=2, communication_window=5,
+                dataset="digits", hidden_sizes=(32,), batch_size=16,
+                epochs=4.0, eval_every_seconds=0.0,
+                checkpoint_every_seconds=0.0, workdir=str(tmp_path / "run"))
+  values.update(overrides)
+  return TrainConfig(**values)
+
+
+def _rows(workdir):
+  return [json.loads(line) for line in
+          (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("strategy", ["agn", "aeasgd"])
+def test_a_worker_recovers_after_a_non_finite_window(tmp_path, monkeypatch,
+                                                     strategy):
+  # Worker 1's parameters turn non-finite before its window 2, as after a
+  # non-finite gradient: its Adam moments (agn) or its never-reset elastic
+  # parameters (aeasgd) would make every later commit non-finite too, unless
+  # the worker starts afresh from the center.
+  monkeypatch.setenv("AGN_JAX_FAULT", "nan:worker=1:window=2")
+  summary = train(_config(tmp_path, strategy=strategy))
+  windows = summary["expected_commits"] // 2
+  assert windows >= 5
+  assert summary["rejected_commits"] == 1
+  assert summary["rejected_commits_per_worker"] == [0, 1]
+  assert summary["worker_commits"] == [windows, windows]
+  assert summary["num_commits"] == 2 * windows - 1
+  assert summary["completed"] is True
+  assert np.isfinite(summary["final_test_loss"])
+  rows = _rows(tmp_path / "run")
+  rejected = [r for r in rows if r["event"] == "rejected"]
+  assert [r["worker"] for r in rejected] == [1]
+  later = [r for r in rows[rows.index(rejected[0]):]
+           if r["event"] == "commit" and r["worker"] == 1]
+  assert len(later) == windows - 3  # Windows 3.. of worker 1, all applied.
+  assert_nothing_left(tmp_path / "run")
+
+
+def test_a_diverging_run_fails_with_one_line_naming_the_worker(tmp_path):
+  with pytest.raises(RunError) as error:
+    train(_config(tmp_path, learning_rate=1e30, epochs=8.0))
+  message = str(error.value)
+  assert "\n" not in message
+  assert message.startswith("worker ")
+  assert "3 commits in a row were non-finite" in message
+  assert_nothing_left(tmp_path / "run")
+
+
+def test_rows_are_timed_from_the_start_barrier(tmp_path):
+  summary = train(_config(tmp_path))
+  rows = _rows(tmp_path / "run")
+  ready = [r for r in rows if r["event"] == "worker_ready"]
+  commits = [r for r in rows if r["event"] == "commit"]
+  assert len(ready) == 2 and all(r["time"] <= 0 for r in ready)
+  assert all(r["time"] >= 0 for r in commits)
+  # Start-up (spawn, data, compilation) is outside `time`, inside `wall_time`.
+  assert summary["startup_seconds"] > 0
+  for r in rows:
+    assert r["wall_time"] == pytest.approx(
+        r["time"] + summary["startup_seconds"], abs=0.01)
+  assert summary["training_seconds"] == pytest.approx(commits[-1]["time"],
+                                                      abs=0.01)
+
+
+def test_adag_two_vector_payload_through_processes(tmp_path):
+  summary = train(_config(tmp_path, strategy="adag", epochs=6.0))
+  assert summary["completed"] is True
+  assert summary["num_commits"] == summary["expected_commits"]
+  assert summary["rejected_commits"] == 0
+  assert summary["final_test_accuracy"] > 0.5  # Chance is 0.1.
+
+
+def test_resume_of_a_finished_run(tmp_path):
+  config = _config(tmp_path, epochs=2.0)
+  first = train(config)
+  workdir = tmp_path / "run"
+  before = snapshot(workdir)
+  with pytest.raises(NothingToDo, match="completed already"):
+    train(_config(tmp_path, epochs=2.0, resume=True))
+  assert snapshot(workdir) == before  # Not a byte, not an mtime changed.
+
+  # A larger share continues the run and keeps whole-run statistics.
+  second = train(_config(tmp_path, epochs=4.0, resume=True))
+  assert second["completed"] is True
+  assert second["resumed_from_commit"] == first["num_commits"]
+  assert second["num_commits"] == second["expected_commits"]
+  assert second["num_commits"] >= 2 * first["num_commits"]
+  assert second["wall_seconds"] > first["wall_seconds"]
+  rows = _rows(workdir)
+  commits = [r for r in rows if r["event"] == "commit"]
+  assert [r["clock"] for r in commits] == list(
+      range(1, second["num_commits"] + 1))
+  assert second["mean_staleness"] == pytest.approx(
+      np.mean([r["staleness"] for r in commits]))
+  times = [r["time"] for r in commits]
+  assert times == sorted(times)  # The time base continues across sessions.
+  assert_nothing_left(workdir)
