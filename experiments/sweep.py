@@ -7,33 +7,63 @@ r"""Runs a grid of strategies × n × λ, one run after another.
       --num_workers=10,20,40 --communication_windows=10,20,40 \
       --sweep_dir=runs/paper-grid
 
-Every other flag of `experiments.train` applies to all runs (flags are read
-in order: a --flagfile first, the grid after it); --strategy_flagfile adds
-flags for one strategy only. Each run goes to
-<sweep_dir>/<strategy>-n<N>-l<λ>; sweep.md, rewritten after every run, gives
-per (n, λ) the final test accuracy and time of each strategy and the temporal
-efficiency E(reference, other) of the first strategy against each other one,
-then the paper's n × λ tables of E and the fraction of cells with E > 1.
---resume keeps the finished runs of an interrupted sweep and continues.
+Every flag of `experiments.train` applies to all runs. Which value a
+strategy setting (`agn_jax.config.STRATEGY_SETTINGS`: optimizer, learning
+rate, ρ, ...) takes, most specific first:
+  1. a flag typed on the sweep's command line itself: every run;
+  2. the strategy's --strategy_flagfile: that strategy's runs;
+  3. a --flagfile on the command line: every run;
+  4. the strategy's paper default (`agn_jax.strategies.paper_defaults`).
+A --strategy_flagfile may set only strategy settings. It may repeat a shared
+setting (dataset, epochs, batch size, ...) with the value every run gets, as
+the paper's flagfiles do; a different value is an error naming the setting,
+so no strategy ever trains on another data budget. Its strategy, num_workers,
+communication_window and workdir are ignored: the grid sets them.
+
+Each run goes to <sweep_dir>/<strategy>-n<N>-l<λ>; sweep.md, rewritten after
+every run, gives per (n, λ) the final test accuracy and time of each strategy
+and the temporal efficiency E(reference, other) of the first strategy against
+each other one (on --time_base, which it states), the paper's n × λ tables of
+E, the fraction of cells with E > 1, every setting that differs between
+strategies, and a warning at the top when their data budgets differ.
+
+--resume keeps the runs whose summary.json says they completed, resumes the
+ones with a checkpoint, and reruns from scratch those that failed before
+their first checkpoint (their files are moved aside, not deleted). A cell that
+fails is reported in sweep.md and the sweep goes on; the exit status is then 1
+with one line naming the failed cells.
 """
 
+import json
 import os
 import shlex
 import sys
 import time
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
 from absl import logging
 
 from agn_jax import config as config_lib
+from agn_jax import strategies as strategies_lib
+from agn_jax.checkpoint import CheckpointError
+from agn_jax.data import DataError
+from agn_jax.runtime import workdir as workdir_lib
 from experiments import compare
 from experiments import flags as flags_lib
 from experiments import train as train_lib
 
 FLAGS = flags.FLAGS
-Cell = Tuple[int, int]  # (num_workers, communication_window)
+Cell = Tuple[str, int, int]  # (strategy, num_workers, communication_window)
+
+# Set per run by the grid, never by a flag or a strategy flagfile.
+_GRID_FIELDS = ("strategy", "num_workers", "communication_window", "workdir",
+                "resume")
+# What decides how much data a run trains on, and on what model.
+BUDGET_FIELDS = getattr(compare, "BUDGET_KEYS",
+                        ("dataset", "dataset_size", "epochs", "batch_size",
+                         "model", "hidden_sizes"))
 
 
 def run_dir(sweep_dir: str, strategy: str, num_workers: int,
@@ -42,18 +72,261 @@ def run_dir(sweep_dir: str, strategy: str, num_workers: int,
                       f"{strategy}-n{num_workers}-l{communication_window}")
 
 
-def is_finished(workdir: str) -> bool:
-  return os.path.isfile(os.path.join(workdir, "summary.json"))
+# Which runs count.
+
+
+def _read_summary(workdir: str) -> Optional[dict]:
+  try:
+    with workdir_lib.safe_open(workdir, "summary.json") as f:
+      summary = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return summary if isinstance(summary, dict) else None
+
+
+def _expected_commits(workdir: str) -> Optional[int]:
+  """The run's commit budget as its commit events record it (the last one's)."""
+  try:
+    with workdir_lib.safe_open(workdir, "metrics.jsonl", "rb") as f:
+      f.seek(0, os.SEEK_END)
+      f.seek(max(0, f.tell() - 65536))
+      lines = f.read().decode("utf-8", "replace").splitlines()
+  except (OSError, ValueError):
+    return None
+  for line in reversed(lines):
+    try:
+      event = json.loads(line)
+    except ValueError:
+      continue
+    if isinstance(event, dict) and event.get("event") == "commit":
+      expected = event.get("expected_commits")
+      return expected if isinstance(expected, int) else None
+  return None
+
+
+def _is_count(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def completed(workdir: str) -> bool:
+  """Whether the run in `workdir` trained its whole budget, by its summary.json.
+
+  The runtime's `"completed"` field decides. Summaries without it (older
+  runs) count as completed only when not interrupted, every worker reported
+  its share done, and the commits made (applied + rejected) equal the budget
+  the run's commit events record.
+
+  Example:
+    >>> import json, os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with open(os.path.join(d, "summary.json"), "w") as f:
+    ...   json.dump({"completed": False, "interrupted": True}, f)
+    >>> completed(d)
+    False
+  """
+  summary = _read_summary(workdir)
+  if summary is None:
+    return False
+  if isinstance(summary.get("completed"), bool):
+    return summary["completed"]
+  if summary.get("interrupted") is not False:
+    return False
+  shares = summary.get("worker_commits")
+  if not isinstance(shares, list) or not shares or not all(
+      _is_count(c) for c in shares):
+    return False  # A worker never reported its share done.
+  applied = summary.get("num_commits")
+  rejected = summary.get("rejected_commits", 0)
+  if not _is_count(applied) or not _is_count(rejected):
+    return False
+  expected = _expected_commits(workdir)
+  return expected is not None and applied + rejected == sum(shares) == expected
+
+
+def _has_checkpoint(workdir: str) -> bool:
+  directory = os.path.join(workdir, "checkpoints")
+  return (os.path.isdir(directory) and not os.path.islink(directory) and any(
+      name.isdigit() for name in os.listdir(directory)))
+
+
+def cell_action(workdir: str) -> str:
+  """What `--resume` does with a cell's workdir.
+
+  Returns:
+    "keep" (it completed), "fresh" (nothing there yet), "resume" (it has a
+    checkpoint) or "restart" (it failed before its first checkpoint: run it
+    again from scratch).
+  """
+  if not os.path.isdir(workdir) or not workdir_lib.entries(workdir):
+    return "fresh"
+  if completed(workdir):
+    return "keep"
+  if _has_checkpoint(workdir):
+    return "resume"
+  return "restart"
+
+
+def move_aside(workdir: str) -> str:
+  """Renames a failed run's workdir to `<workdir>.failed-<k>`; returns the new name."""
+  k = 1
+  while True:
+    target = f"{workdir}.failed-{k}"
+    if not os.path.lexists(target):
+      os.rename(workdir, target)
+      return target
+    k += 1
 
 
 def _read(workdir: str) -> Optional[compare.Run]:
-  if not is_finished(workdir):
+  """The run, if it completed and can be read; a result counts only then."""
+  if not completed(workdir):
     return None
   try:
     return compare.read_run(workdir)
   except compare.RunDirError as e:
     logging.warning("%s", e)
     return None
+
+
+# Configs: what the command line and the strategy flagfiles say.
+
+
+def typed_flags(argv: Sequence[str], flag_values: flags.FlagValues) -> set:
+  """Names of the flags typed on the command line itself (not in a --flagfile).
+
+  Example:
+    >>> fv = flags.FlagValues()
+    >>> flags_lib.define_train_flags(fv)
+    >>> sorted(typed_flags(["sweep", "--epochs=3", "--nohidden_sizes", "x",
+    ...                     "--flagfile=f"], fv))
+    ['epochs']
+  """
+  names = set()
+  for arg in argv[1:]:
+    if arg == "--":
+      break
+    if not arg.startswith("-"):
+      continue
+    name = arg.lstrip("-").split("=", 1)[0]
+    if name not in flag_values and name.startswith("no"):
+      name = name[2:]
+      if name in flag_values and not isinstance(flag_values[name],
+                                                flags.BooleanFlag):
+        continue
+    if name in flag_values and name != "flagfile":
+      names.add(name)
+  return names
+
+
+def _field_value(name: str, value):
+  return tuple(int(h) for h in value) if name == "hidden_sizes" else value
+
+
+def shared_fields(flag_values: flags.FlagValues) -> Dict[str, object]:
+  """Every `TrainConfig` field the flags give every run (the grid's excepted).
+
+  Passed through generically, so a field added to `TrainConfig` and its flag
+  (e.g. a `--backend`) reaches every run without a change here.
+  """
+  return {name: _field_value(name, flag_values[name].value)
+          for name in config_lib.TrainConfig.__dataclass_fields__
+          if name not in _GRID_FIELDS and name in flag_values}
+
+
+def strategy_overrides(specs: Sequence[str],
+                       shared: Optional[Dict[str, object]] = None
+                       ) -> Dict[str, Dict[str, object]]:
+  """The strategy settings each `STRATEGY=PATH` flagfile sets explicitly.
+
+  Args:
+    specs: the --strategy_flagfile values.
+    shared: the values every run gets (`shared_fields`); a flagfile may
+      repeat one of them, not change it. None: any non-strategy setting is
+      an error.
+
+  Returns:
+    `{strategy: {field: value}}`, fields from `config.STRATEGY_SETTINGS`.
+
+  Raises:
+    flags_lib.UsageError: one line, for an unreadable flagfile, a bad flag in
+      it, another strategy's flagfile, or a setting outside
+      `STRATEGY_SETTINGS` that differs from the shared value.
+  """
+  overrides = {}
+  allowed = config_lib.STRATEGY_SETTINGS
+  for spec in specs:
+    strategy, _, path = spec.partition("=")
+    flag_values = flags.FlagValues()
+    flags_lib.define_train_flags(flag_values)
+    try:
+      flag_values(["sweep", f"--flagfile={path}"])
+    except flags.Error as e:
+      raise flags_lib.UsageError(
+          f"--strategy_flagfile={spec}: "
+          f"{flags_lib.one_line_error(str(e), [f'--flagfile={path}'])}"
+      ) from None
+    given = {name: _field_value(name, flag_values[name].value)
+             for name in config_lib.TrainConfig.__dataclass_fields__
+             if name in flag_values and flag_values[name].present}
+    if given.get("strategy", strategy) != strategy:
+      raise flags_lib.UsageError(
+          f"--strategy_flagfile={spec}: sets --strategy={given['strategy']}, "
+          f"not {strategy}")
+    for name, value in given.items():
+      if name in allowed or name in _GRID_FIELDS:
+        continue
+      if shared is not None and name in shared and shared[name] == value:
+        continue  # A repetition of the shared setting, not a change.
+      now = (f"; every run of the sweep has {name}={shared[name]!r}"
+             if shared is not None and name in shared else "")
+      raise flags_lib.UsageError(
+          f"--strategy_flagfile={spec}: sets {name}={value!r}{now}; a "
+          f"strategy flagfile may set only {', '.join(allowed)} (settings "
+          "that apply to every run go on the sweep's command line)")
+    overrides.setdefault(strategy, {}).update(
+        {k: v for k, v in given.items() if k in allowed})
+  return overrides
+
+
+def run_config(flag_values: flags.FlagValues, typed: set,
+               per_strategy: Dict[str, Dict[str, object]], strategy: str,
+               num_workers: int, communication_window: int, workdir: str,
+               resume: bool) -> config_lib.TrainConfig:
+  """One cell's config: shared flags, then the strategy's flagfile, then what was typed."""
+  own = {name: value
+         for name, value in per_strategy.get(strategy, {}).items()
+         if name not in typed}
+  return flags_lib.config_from_flags(
+      flag_values, strategy=strategy, num_workers=num_workers,
+      communication_window=communication_window, workdir=workdir,
+      resume=resume, **own)
+
+
+def _used(config: config_lib.TrainConfig) -> Dict[str, object]:
+  """The values a run uses: paper defaults filled in where the API has them."""
+  resolved = getattr(config, "resolved", None)
+  if resolved is not None:
+    try:
+      config = resolved()
+    except ValueError:
+      pass
+  return config.to_dict()
+
+
+def differing_settings(configs: Dict[str, Dict[str, object]]
+                      ) -> Dict[str, Dict[str, object]]:
+  """`{field: {strategy: value}}` for every field whose value differs between strategies."""
+  names = [n for n in config_lib.TrainConfig.__dataclass_fields__
+           if n not in _GRID_FIELDS]
+  out = {}
+  for name in names:
+    values = {s: c.get(name) for s, c in configs.items()}
+    if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+      out[name] = values
+  return out
+
+
+# The report.
 
 
 def _fmt(value: Optional[float], spec: str = ".4f") -> str:
@@ -68,34 +341,103 @@ def _fraction(values: Sequence[Optional[float]]) -> str:
   return f"{above}/{len(known)} ({above / len(known):.2f})"
 
 
+def _setting_text(value) -> str:
+  if isinstance(value, str):
+    return value
+  if isinstance(value, float):
+    return format(value, "g")
+  return json.dumps(value)
+
+
+def _efficiency(a: compare.Run, b: compare.Run, time_base: str) -> dict:
+  try:
+    if time_base == "auto":
+      return compare.efficiency(a, b)
+    return compare.efficiency(a, b, time_base=time_base)
+  except (TypeError, ValueError) as e:
+    logging.warning("E(%s, %s): %s", a.name, b.name, e)
+    return {"test": None, "train": None}
+
+
+def _budget_warning(configs: Dict[str, Dict[str, object]],
+                    runs: Dict[Cell, Optional[compare.Run]]) -> List[str]:
+  differ = [k for k in BUDGET_FIELDS
+            if len({json.dumps(c.get(k)) for c in configs.values()}) > 1]
+  same_budget = getattr(compare, "same_budget", None)
+  if same_budget is not None:
+    # What the runs on disk say (kept runs may predate this command line).
+    cells = {(n, l) for (_, n, l) in runs}
+    for n, l in sorted(cells):
+      found = [r for (s, nn, ll), r in runs.items()
+               if (nn, ll) == (n, l) and r is not None]
+      if len(found) > 1:
+        same, keys = same_budget(found)
+        differ += [k for k in keys if not same and k not in differ]
+  if not differ:
+    return []
+  return [f"> **Warning: the strategies do not train on the same data budget** "
+          f"({', '.join(differ)} differ; see Settings). E compares unlike "
+          "runs.", ""]
+
+
 def report(sweep_dir: str, strategies: Sequence[str],
            num_workers: Sequence[int], windows: Sequence[int],
-           failed: Optional[Dict[Tuple[str, int, int], str]] = None,
-           command: str = "") -> str:
-  """sweep.md's text, from the runs found in `sweep_dir`.
+           failed: Optional[Dict[Cell, str]] = None,
+           command: str = "",
+           configs: Optional[Dict[str, Dict[str, object]]] = None,
+           time_base: str = "auto") -> str:
+  """sweep.md's text, from the completed runs found in `sweep_dir`.
 
   The first strategy is the reference: E(reference, other) for every other.
+
+  Args:
+    sweep_dir: the sweep's directory.
+    strategies: the strategies, reference first.
+    num_workers: the grid's n.
+    windows: the grid's λ.
+    failed: `{(strategy, n, λ): message}` of the cells that failed.
+    command: the sweep's command line.
+    configs: `{strategy: config dict}` each strategy's runs use (values
+      resolved); its differences are listed, its data budget compared.
+    time_base: the time base of E (`compare.TIME_BASES`).
   """
   failed = failed or {}
+  configs = configs or {}
   reference, others = strategies[0], list(strategies[1:])
   runs = {(s, n, l): _read(run_dir(sweep_dir, s, n, l))
           for s in strategies for n in num_workers for l in windows}
   efficiencies = {}
+  bases = set()
   for s in others:
     for n in num_workers:
       for l in windows:
         a, b = runs[(reference, n, l)], runs[(s, n, l)]
-        efficiencies[(s, n, l)] = (compare.efficiency(a, b) if a and b else
-                                   {"test": None, "train": None})
+        e = (_efficiency(a, b, time_base) if a and b else
+             {"test": None, "train": None})
+        efficiencies[(s, n, l)] = e
+        if e.get("time_base"):
+          bases.add(e["time_base"])
+        if e.get("same_time_base") is False:
+          bases.add("mixed: " + " vs ".join(e.get("time_bases", ())))
 
   lines = ["# Sweep", ""]
+  lines += _budget_warning(configs, runs)
   if command:
     lines += ["```", command, "```", ""]
+  described = getattr(getattr(compare, "curves", None),
+                      "TIME_BASE_DESCRIPTIONS", {})
+  if bases:
+    base_text = "; ".join(
+        f"{b} ({described[b]})" if b in described else b
+        for b in sorted(bases))
+  else:
+    base_text = f"{time_base} (no E computed yet)"
   lines += [f"Reference strategy: **{reference}**. E(a, b) = ∫₀^m f_a dt / "
             "∫₀^m f_b dt over the shorter run's time m; *test*: the center's "
             "test accuracy, *train*: the workers' mini-batch accuracy "
             f"averaged over {compare.TRAIN_WINDOW_SECONDS:g} s windows "
-            "(the thesis). E > 1: the reference was better sooner.", ""]
+            "(the thesis). E > 1: the reference was better sooner.", "",
+            f"Time base of E: {base_text}.", ""]
 
   header = ["n", "λ"]
   for s in strategies:
@@ -141,6 +483,19 @@ def report(sweep_dir: str, strategies: Sequence[str],
                    f"{_fraction([v['train'] for v in values])} |")
     lines.append("")
 
+  if configs:
+    differ = differing_settings(configs)
+    lines += ["## Settings that differ between strategies", ""]
+    if differ:
+      lines += ["| setting | " + " | ".join(strategies) + " |",
+                "|" + "---|" * (len(strategies) + 1)]
+      for name, values in differ.items():
+        lines.append(f"| {name} | " + " | ".join(
+            _setting_text(values.get(s)) for s in strategies) + " |")
+    else:
+      lines.append("None: every strategy runs with the same settings.")
+    lines.append("")
+
   if failed:
     lines += ["## Failed runs", ""]
     lines += [f"- {s} n={n} λ={l}: {message}"
@@ -151,83 +506,70 @@ def report(sweep_dir: str, strategies: Sequence[str],
 
 def write_report(path: str, text: str) -> None:
   tmp = path + ".tmp"
+  if os.path.islink(tmp):
+    os.unlink(tmp)
   with open(tmp, "w") as f:
     f.write(text)
   os.replace(tmp, path)  # A reader never sees half a table.
 
 
-_GRID_FIELDS = ("strategy", "num_workers", "communication_window", "workdir",
-                "resume")
-
-
-def strategy_overrides(specs: Sequence[str]) -> Dict[str, Dict[str, object]]:
-  """The TrainConfig fields each `STRATEGY=PATH` flagfile sets explicitly.
-
-  Raises:
-    flags_lib.UsageError: for an unreadable flagfile or a bad flag in it.
-  """
-  overrides = {}
-  for spec in specs:
-    strategy, _, path = spec.partition("=")
-    flag_values = flags.FlagValues()
-    flags_lib.define_train_flags(flag_values)
-    try:
-      flag_values(["sweep", f"--flagfile={path}"])
-    except flags.Error as e:
-      raise flags_lib.UsageError(
-          f"--strategy_flagfile={spec}: "
-          f"{flags_lib.one_line_error(str(e), [f'--flagfile={path}'])}"
-      ) from None
-    fields = {name: flag_values[name].value
-              for name in config_lib.TrainConfig.__dataclass_fields__
-              if name not in _GRID_FIELDS and name in flag_values and
-              flag_values[name].present}
-    if "hidden_sizes" in fields:
-      fields["hidden_sizes"] = tuple(int(h) for h in fields["hidden_sizes"])
-    overrides.setdefault(strategy, {}).update(fields)
-  return overrides
-
-
-def _define_flags():
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The training flags (every run's) plus the grid's."""
   # --strategy and --communication_window stay defined, so a train flagfile
   # works here too; --strategies and --communication_windows override them.
-  flags_lib.define_train_flags(skip=("num_workers", "workdir", "resume"))
+  flags_lib.define_train_flags(flag_values,
+                               skip=("num_workers", "workdir", "resume"))
+  available = strategies_lib.available()
   flags.DEFINE_list("strategies", None,
                     "Strategies to run, comma-separated; the first is the "
-                    "reference of E. Default: --strategy alone.")
+                    "reference of E. Default: --strategy alone.",
+                    flag_values=flag_values)
   flags.DEFINE_list("num_workers", [str(config_lib.TrainConfig.num_workers)],
-                    "Numbers of workers n, comma-separated.")
+                    "Numbers of workers n, comma-separated.",
+                    flag_values=flag_values)
   flags.DEFINE_list("communication_windows", None,
                     "Communication windows λ, comma-separated. Default: "
-                    "--communication_window alone.")
+                    "--communication_window alone.", flag_values=flag_values)
   flags.DEFINE_string("sweep_dir", None,
                       "Where runs and sweep.md go; default "
-                      "runs/sweep-<timestamp>.")
+                      "runs/sweep-<timestamp>.", flag_values=flag_values)
   flags.DEFINE_multi_string(
       "strategy_flagfile", [],
-      "STRATEGY=PATH, repeatable: flags that apply to that strategy's runs "
-      "only, e.g. aeasgd=experiments/configs/paper_mnist_aeasgd.flags (its "
-      "strategy, num_workers, communication_window and workdir are ignored: "
-      "the grid sets them).")
+      "STRATEGY=PATH, repeatable: that strategy's own settings ("
+      f"{', '.join(config_lib.STRATEGY_SETTINGS)}) for its runs only, e.g. "
+      "aeasgd=experiments/configs/paper_mnist_aeasgd.flags. Flags typed on "
+      "the command line win over it; any other setting in it must equal "
+      "the one every run gets.", flag_values=flag_values)
+  flags.DEFINE_enum(
+      "time_base", "auto", list(getattr(compare, "TIME_BASES", ("auto",))),
+      "Time base of E in sweep.md (see experiments.compare).",
+      flag_values=flag_values)
   flags.DEFINE_bool("resume", False,
-                    "Keep the finished runs found in --sweep_dir, resume the "
-                    "unfinished ones and run the rest.")
+                    "Keep the completed runs found in --sweep_dir, resume the "
+                    "ones with a checkpoint, rerun the others.",
+                    flag_values=flag_values)
   flags.register_validator(
       "strategies",
       lambda v: v is None or (bool(v) and len(set(v)) == len(v) and all(
-          s in config_lib.STRATEGIES for s in v)),
+          s in available for s in v)),
       message="--strategies accepts distinct names from "
-      f"{','.join(config_lib.STRATEGIES)}, comma-separated")
+      f"{','.join(available)}, comma-separated", flag_values=flag_values)
   flags.register_validator(
       "strategy_flagfile",
-      lambda v: all(s.partition("=")[0] in config_lib.STRATEGIES and
+      lambda v: all(s.partition("=")[0] in available and
                     s.partition("=")[2] for s in v),
       message="--strategy_flagfile accepts STRATEGY=PATH with STRATEGY one "
-      f"of {','.join(config_lib.STRATEGIES)}")
+      f"of {','.join(available)}", flag_values=flag_values)
   for name in ("num_workers", "communication_windows"):
     flags.register_validator(
         name, lambda v: v is None or flags_lib.positive_int_list(v),
-        message=f"--{name} accepts a comma-separated list of integers >= 1")
+        message=f"--{name} accepts a comma-separated list of integers >= 1",
+        flag_values=flag_values)
+
+
+def _cell_name(cell: Cell) -> str:
+  s, n, l = cell
+  return f"{s} n={n} λ={l}"
 
 
 def main(argv):
@@ -235,8 +577,10 @@ def main(argv):
   del argv
   from agn_jax import runtime  # pylint: disable=g-import-not-at-top
 
+  typed = typed_flags(sys.argv, FLAGS)
   try:
-    per_strategy = strategy_overrides(FLAGS.strategy_flagfile)
+    per_strategy = strategy_overrides(FLAGS.strategy_flagfile,
+                                      shared_fields(FLAGS))
   except flags_lib.UsageError as e:
     flags_lib.exit_with_error(program, e, status=2)
   strategies = list(FLAGS.strategies or [FLAGS.strategy])
@@ -245,73 +589,116 @@ def main(argv):
              FLAGS.communication_windows or [FLAGS.communication_window]]
   sweep_dir = FLAGS.sweep_dir or os.path.join(
       "runs", "sweep-" + time.strftime("%Y%m%d-%H%M%S"))
-  if os.path.isdir(sweep_dir) and os.listdir(sweep_dir) and not FLAGS.resume:
-    flags_lib.exit_with_error(
-        program, f"--sweep_dir={sweep_dir} already holds files; pass "
-        "--resume to continue that sweep or choose another --sweep_dir",
-        status=2)
-  if os.path.exists(sweep_dir) and not os.path.isdir(sweep_dir):
+  if os.path.lexists(sweep_dir) and not os.path.isdir(sweep_dir):
     flags_lib.exit_with_error(program, f"--sweep_dir={sweep_dir} is a file",
                               status=2)
-  os.makedirs(sweep_dir, exist_ok=True)
-  report_path = os.path.join(sweep_dir, "sweep.md")
   argv = ["python", "-m", "experiments.sweep"] + sys.argv[1:]
   command = shlex.join(argv)
-  failed = {}
+  try:
+    # One sweep per directory: a second one (say, two --resume at once)
+    # would run the same cells twice.
+    lock = workdir_lib.lock_workdir(sweep_dir, create=True, owner=command)
+  except (workdir_lib.WorkdirError, workdir_lib.WorkdirBusy) as e:
+    flags_lib.exit_with_error(program, e, status=2)
+  with lock:
+    if workdir_lib.entries(sweep_dir) and not FLAGS.resume:
+      flags_lib.exit_with_error(
+          program, f"--sweep_dir={sweep_dir} already holds files; pass "
+          "--resume to continue that sweep or choose another --sweep_dir",
+          status=2)
+    _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
+           strategies, num_workers, windows)
+
+
+def _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
+           strategies, num_workers, windows):
+  """Runs every cell in order, keeping the report up to date."""
+  report_path = os.path.join(sweep_dir, "sweep.md")
+  failed: Dict[Cell, str] = {}
+  cells = [(s, n, l) for n in num_workers for l in windows
+           for s in strategies]
+  # Each strategy's settings (those of its first cell: only the grid varies).
+  configs = {
+      s: _used(run_config(FLAGS, typed, per_strategy, s, num_workers[0],
+                          windows[0], "", False)) for s in strategies}
 
   def update_report():
     write_report(report_path, report(sweep_dir, strategies, num_workers,
-                                     windows, failed, command))
+                                     windows, failed, command, configs,
+                                     FLAGS.time_base))
 
-  cells = [(s, n, l) for n in num_workers for l in windows
-           for s in strategies]
-  for index, (s, n, l) in enumerate(cells, 1):
+  for index, cell in enumerate(cells, 1):
+    s, n, l = cell
     workdir = run_dir(sweep_dir, s, n, l)
-    if is_finished(workdir):
-      logging.info("[%d/%d] %s: finished earlier, kept", index, len(cells),
+    action = cell_action(workdir)
+    if action == "keep":
+      logging.info("[%d/%d] %s: completed earlier, kept", index, len(cells),
                    workdir)
       continue
-    if os.path.isdir(workdir):
-      train_lib.remove_if_unstarted(workdir)
-    resume = os.path.isdir(workdir) and bool(os.listdir(workdir))
-    config = flags_lib.config_from_flags(
-        FLAGS, strategy=s, num_workers=n, communication_window=l,
-        workdir=workdir, resume=resume, **per_strategy.get(s, {}))
-    logging.info("[%d/%d] %s n=%d λ=%d -> %s", index, len(cells), s, n, l,
-                 workdir)
-    with train_lib.sigterm_as_interrupt():
-      try:
-        _, rows = train_lib.train_and_report(config, runtime.train,
-                                             command=argv)
-        logging.info("%s n=%d λ=%d: %s", s, n, l, rows)
-      except KeyboardInterrupt as e:
-        update_report()
-        if train_lib.was_terminated(e):
-          flags_lib.exit_with_error(program, "terminated (SIGTERM); rerun "
-                                    "with --resume to continue",
-                                    status=train_lib.EXIT_TERMINATED)
-        flags_lib.exit_with_error(program, "interrupted; rerun with --resume "
-                                  "to continue",
-                                  status=train_lib.EXIT_INTERRUPTED)
-      except ValueError as e:
-        # DataError or a config the data cannot satisfy: the same for every
-        # run of the grid, so there is no point going on.
-        train_lib.remove_if_unstarted(workdir)
-        update_report()
-        flags_lib.exit_with_error(program, e)
-      except runtime.RunError as e:
-        logging.error("%s n=%d λ=%d failed: %s", s, n, l, e)
-        failed[(s, n, l)] = " ".join(str(e).split())
+    if action == "restart":
+      moved = move_aside(workdir)
+      logging.warning("[%d/%d] %s failed before its first checkpoint; its "
+                      "files are in %s, running it again", index, len(cells),
+                      workdir, moved)
+    for attempt in ("resume", "fresh") if action == "resume" else ("fresh",):
+      config = run_config(FLAGS, typed, per_strategy, s, n, l, workdir,
+                          resume=attempt == "resume")
+      logging.info("[%d/%d] %s n=%d λ=%d -> %s (%s)", index, len(cells), s, n,
+                   l, workdir, attempt)
+      outcome = _run_cell(program, runtime, config, argv, update_report)
+      if (attempt == "resume" and isinstance(outcome, CheckpointError)):
+        moved = move_aside(workdir)
+        logging.warning("%s: cannot resume (%s); its files are in %s, "
+                        "running it again", workdir, outcome, moved)
+        continue
+      break
+    if isinstance(outcome, Exception):
+      failed[cell] = " ".join(str(outcome).split())
+      logging.error("%s failed: %s", _cell_name(cell), failed[cell])
+    elif not completed(workdir):
+      failed[cell] = ("ended without completing its share (see "
+                      f"{os.path.join(workdir, 'summary.json')})")
     update_report()
   update_report()
-  print(open(report_path).read())
+  with open(report_path) as f:
+    print(f.read())
   print(f"report: {report_path}")
   if failed:
+    names = ", ".join(_cell_name(c) for c in cells if c in failed)
     flags_lib.exit_with_error(
-        program, f"{len(failed)} of {len(cells)} runs failed; see "
+        program, f"{len(failed)} of {len(cells)} runs failed ({names}); see "
         f"{report_path}")
 
 
+def _run_cell(program, runtime, config, argv, update_report):
+  """Trains one cell; returns None, or the exception that ended it (not an interrupt)."""
+  with train_lib.sigterm_as_interrupt():
+    try:
+      _, rows = train_lib.train_and_report(config, runtime.train,
+                                           command=argv)
+      logging.info("%s: %s", config.workdir, rows)
+      return None
+    except KeyboardInterrupt as e:
+      update_report()
+      if train_lib.was_terminated(e):
+        flags_lib.exit_with_error(program, "terminated (SIGTERM); rerun "
+                                  "with --resume to continue",
+                                  status=train_lib.EXIT_TERMINATED)
+      flags_lib.exit_with_error(program, "interrupted; rerun with --resume "
+                                "to continue",
+                                status=train_lib.EXIT_INTERRUPTED)
+    except DataError as e:
+      # The data cannot be loaded: the same for every cell of the grid.
+      train_lib.remove_if_unstarted(config.workdir)
+      update_report()
+      flags_lib.exit_with_error(program, e)
+    except (runtime.RunError, ValueError, RuntimeError, OSError) as e:
+      # A run error, a config the data cannot satisfy at this (n, λ), a
+      # checkpoint that cannot be resumed, a workdir held by another run.
+      train_lib.remove_if_unstarted(config.workdir)
+      return e
+
+
 if __name__ == "__main__":
-  _define_flags()
+  define_flags()
   app.run(main, flags_parser=flags_lib.parse_flags_or_exit)

@@ -1,26 +1,34 @@
-"""Tests for experiments.sweep: the report and per-strategy flagfiles."""
+"""Tests for experiments.sweep: which runs count, per-strategy flagfiles, the report, failed cells."""
 
 import json
 import os
+import subprocess
+import sys
 
+from absl import flags
 import pytest
 
 from experiments import flags as flags_lib
 from experiments import sweep
+from tests.helpers import REPO
 
 
-def write_run(directory, accuracy, seconds=10.0):
-  """A finished run whose test and training accuracy are constant."""
+def write_run(directory, accuracy, seconds=10.0, summary=None):
+  """A completed run whose test and training accuracy are constant."""
   os.makedirs(directory)
   with open(os.path.join(directory, "metrics.jsonl"), "w") as f:
     for t in range(int(seconds) + 1):
       f.write(json.dumps({"event": "commit", "time": t, "worker": 0,
                           "clock": t, "staleness": 1, "loss": 1.0,
-                          "accuracy": accuracy}) + "\n")
+                          "accuracy": accuracy,
+                          "expected_commits": int(seconds) + 1}) + "\n")
       f.write(json.dumps({"event": "eval", "time": t, "clock": t,
                           "loss": 1.0, "accuracy": accuracy}) + "\n")
+  if summary is None:
+    summary = {"final_test_accuracy": accuracy, "wall_seconds": seconds,
+               "completed": True}
   with open(os.path.join(directory, "summary.json"), "w") as f:
-    json.dump({"final_test_accuracy": accuracy, "wall_seconds": seconds}, f)
+    json.dump(summary, f)
 
 
 def test_report_tables_and_fraction(tmp_path):
@@ -39,16 +47,207 @@ def test_report_tables_and_fraction(tmp_path):
   assert "| 2 | 1.500 | 0.500 |" in text  # The paper's n × λ table.
   assert "| aeasgd | 2/3 (0.67) | 2/3 (0.67) |" in text
   assert "worker 1 failed" in text
+  assert "Time base of E: " in text
 
 
-def test_strategy_flagfile_overrides_only_what_it_sets(tmp_path):
+def test_an_interrupted_run_does_not_count(tmp_path):
+  # 641 of 2,696 commits, interrupted: no E may come from it.
+  write_run(sweep.run_dir(tmp_path, "agn", 2, 10), 0.9)
+  write_run(sweep.run_dir(tmp_path, "aeasgd", 2, 10), 0.6,
+            summary={"final_test_accuracy": 0.6, "wall_seconds": 10.0,
+                     "interrupted": True, "num_commits": 641,
+                     "completed": False})
+  text = sweep.report(str(tmp_path), ["agn", "aeasgd"], [2], [10])
+  assert "| 2 | 10 | 0.9000 | 10.0 | – | – | – | – |" in text
+
+
+def summary_of(directory, **fields):
+  base = {"interrupted": False, "num_commits": 11, "rejected_commits": 0,
+          "worker_commits": [6, 5]}
+  base.update(fields)
+  for key in [k for k, v in base.items() if v == "absent"]:
+    del base[key]
+  with open(os.path.join(directory, "summary.json"), "w") as f:
+    json.dump(base, f)
+
+
+def test_completed_reads_the_summary(tmp_path):
+  run = tmp_path / "run"
+  write_run(run, 0.9)  # 11 commit events, each says expected_commits = 11.
+  assert sweep.completed(str(run))
+  summary_of(run, completed=False)
+  assert not sweep.completed(str(run))
+  # Older summaries without "completed": the books must balance.
+  summary_of(run)
+  assert sweep.completed(str(run))
+  summary_of(run, num_commits=9, rejected_commits=2)
+  assert sweep.completed(str(run))
+  for bad in (dict(interrupted=True), dict(interrupted="absent"),
+              dict(worker_commits=[6, None]), dict(num_commits=10),
+              dict(worker_commits=[3, 2], num_commits=5),
+              dict(num_commits=True), dict(rejected_commits=-1)):
+    summary_of(run, **bad)
+    assert not sweep.completed(str(run)), bad
+  (run / "summary.json").write_text("{not json")
+  assert not sweep.completed(str(run))
+  os.unlink(run / "summary.json")
+  assert not sweep.completed(str(run))
+  # A summary planted as a symlink is not read.
+  elsewhere = tmp_path / "elsewhere.json"
+  elsewhere.write_text(json.dumps({"completed": True}))
+  os.symlink(elsewhere, run / "summary.json")
+  assert not sweep.completed(str(run))
+
+
+def test_cell_action(tmp_path):
+  assert sweep.cell_action(str(tmp_path / "missing")) == "fresh"
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  (empty / ".lock").write_text("")  # Left by a killed run: still empty.
+  assert sweep.cell_action(str(empty)) == "fresh"
+  done = tmp_path / "done"
+  write_run(done, 0.9)
+  assert sweep.cell_action(str(done)) == "keep"
+  interrupted = tmp_path / "interrupted"
+  write_run(interrupted, 0.9, summary={"interrupted": True,
+                                       "completed": False})
+  (interrupted / "checkpoints" / "641").mkdir(parents=True)
+  assert sweep.cell_action(str(interrupted)) == "resume"
+  crashed = tmp_path / "crashed"
+  crashed.mkdir()
+  (crashed / "config.json").write_text("{}")
+  (crashed / "metrics.jsonl").write_text("")
+  (crashed / "checkpoints").mkdir()
+  assert sweep.cell_action(str(crashed)) == "restart"
+  assert sweep.move_aside(str(crashed)) == f"{crashed}.failed-1"
+  assert not crashed.exists()
+  assert (tmp_path / "crashed.failed-1" / "config.json").exists()
+
+
+def sweep_flags(tmp_path, argv_tail):
+  flag_values = flags.FlagValues()
+  sweep.define_flags(flag_values)
+  argv = ["sweep"] + argv_tail
+  flag_values(argv)
+  return flag_values, argv
+
+
+def test_the_command_line_applies_to_every_run(tmp_path):
+  shared = tmp_path / "agn.flags"
+  shared.write_text("--dataset=digits\n--epochs=40\n--batch_size=16\n"
+                    "--worker_optimizer=adam\n--learning_rate=0.001\n")
+  own = tmp_path / "aeasgd.flags"
+  own.write_text("--strategy=aeasgd\n--num_workers=40\n--dataset=digits\n"
+                 "--epochs=40\n--worker_optimizer=sgd\n--learning_rate=0.01"
+                 "\n--rho=5\n")
+  fv, argv = sweep_flags(tmp_path, [
+      f"--flagfile={shared}", "--strategies=agn,aeasgd",
+      f"--strategy_flagfile=aeasgd={own}"])
+  typed = sweep.typed_flags(argv, fv)
+  assert typed == {"strategies", "strategy_flagfile"}
+  per = sweep.strategy_overrides(fv.strategy_flagfile, sweep.shared_fields(fv))
+  assert per == {"aeasgd": {"worker_optimizer": "sgd", "learning_rate": 0.01,
+                            "rho": 5.0}}
+  agn = sweep.run_config(fv, typed, per, "agn", 2, 10, "w", False)
+  aeasgd = sweep.run_config(fv, typed, per, "aeasgd", 2, 10, "w", False)
+  assert (agn.worker_optimizer, agn.learning_rate) == ("adam", 0.001)
+  assert (aeasgd.worker_optimizer, aeasgd.learning_rate) == ("sgd", 0.01)
+  assert aeasgd.num_workers == 2 and aeasgd.epochs == agn.epochs == 40
+  # Typed on the command line: every run, over the strategy flagfile.
+  fv, argv = sweep_flags(tmp_path, [
+      f"--flagfile={shared}", "--strategies=agn,aeasgd",
+      f"--strategy_flagfile=aeasgd={own}", "--learning_rate=0.05"])
+  typed = sweep.typed_flags(argv, fv)
+  per = sweep.strategy_overrides(fv.strategy_flagfile, sweep.shared_fields(fv))
+  for s in ("agn", "aeasgd"):
+    assert sweep.run_config(fv, typed, per, s, 2, 10, "w",
+                            False).learning_rate == 0.05
+  # --epochs=100 typed, the strategy flagfile says 40: an error naming it.
+  fv, argv = sweep_flags(tmp_path, [
+      f"--flagfile={shared}", "--strategies=agn,aeasgd",
+      f"--strategy_flagfile=aeasgd={own}", "--epochs=100"])
+  with pytest.raises(flags_lib.UsageError,
+                     match=r"sets epochs=40.0; every run of the sweep has "
+                     r"epochs=100.0; a strategy flagfile may set only"):
+    sweep.strategy_overrides(fv.strategy_flagfile, sweep.shared_fields(fv))
+
+
+def test_strategy_flagfile_errors(tmp_path):
   path = tmp_path / "aeasgd.flags"
   path.write_text("--strategy=aeasgd\n--num_workers=40\n--learning_rate=0.01"
-                  "\n--worker_optimizer=sgd\n--hidden_sizes=8\n")
-  overrides = sweep.strategy_overrides([f"aeasgd={path}"])
-  assert overrides == {"aeasgd": {"learning_rate": 0.01,
-                                  "worker_optimizer": "sgd",
-                                  "hidden_sizes": (8,)}}
+                  "\n--worker_optimizer=sgd\n")
+  assert sweep.strategy_overrides([f"aeasgd={path}"]) == {
+      "aeasgd": {"learning_rate": 0.01, "worker_optimizer": "sgd"}}
+  for line, name in (("--hidden_sizes=8", "hidden_sizes"),
+                     ("--batch_size=7", "batch_size"),
+                     ("--dataset=mnist", "dataset")):
+    path.write_text(f"--learning_rate=0.01\n{line}\n")
+    with pytest.raises(flags_lib.UsageError, match=f"sets {name}="):
+      sweep.strategy_overrides([f"aeasgd={path}"], {})
+  path.write_text("--strategy=agn\n")
+  with pytest.raises(flags_lib.UsageError, match="not aeasgd"):
+    sweep.strategy_overrides([f"aeasgd={path}"])
   path.write_text("--no_such_flag=1\n")
   with pytest.raises(flags_lib.UsageError, match="no_such_flag"):
     sweep.strategy_overrides([f"aeasgd={path}"])
+
+
+def test_report_lists_differing_settings_and_warns_on_budget(tmp_path):
+  write_run(sweep.run_dir(tmp_path, "agn", 2, 10), 0.9)
+  write_run(sweep.run_dir(tmp_path, "aeasgd", 2, 10), 0.6)
+  from agn_jax.config import TrainConfig
+  agn = sweep._used(TrainConfig(strategy="agn", epochs=100.0))
+  aeasgd = sweep._used(TrainConfig(strategy="aeasgd", epochs=40.0))
+  text = sweep.report(str(tmp_path), ["agn", "aeasgd"], [2], [10],
+                      configs={"agn": agn, "aeasgd": aeasgd})
+  first = text.split("## Runs")[0]
+  assert "Warning: the strategies do not train on the same data budget" in first
+  assert "(epochs differ" in first
+  assert "| epochs | 100 | 40 |" in text
+  # The paper defaults each strategy runs with are listed too.
+  assert "| worker_optimizer | adam | sgd |" in text
+  assert "| learning_rate | 0.001 | 0.01 |" in text
+  assert "| seed |" not in text  # The same for both.
+  same = dict(aeasgd, epochs=100.0)
+  text = sweep.report(str(tmp_path), ["agn", "aeasgd"], [2], [10],
+                      configs={"agn": agn, "aeasgd": same})
+  assert "Warning" not in text
+
+
+def run_sweep(*args, timeout=300):
+  return subprocess.run([sys.executable, "-m", "experiments.sweep", *args],
+                        cwd=REPO, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def test_cli_strategy_flagfile_cannot_change_the_budget(tmp_path):
+  # Issue 10.5's command: --epochs typed, the aeasgd flagfile says 40.
+  result = run_sweep(
+      "--flagfile=experiments/configs/paper_mnist_agn.flags", "--epochs=100",
+      "--strategies=agn,aeasgd",
+      "--strategy_flagfile=aeasgd=experiments/configs/paper_mnist_aeasgd.flags",
+      f"--sweep_dir={tmp_path / 'sweep'}")
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+  assert "epochs=40.0" in lines[0] and "epochs=100.0" in lines[0]
+  assert not (tmp_path / "sweep").exists()
+
+
+def test_cli_failed_cells_are_reported_and_the_sweep_goes_on(tmp_path):
+  # More workers than examples fails each cell before it starts; the sweep
+  # reports both, then exits 1 naming them. --resume tries them again.
+  sweep_dir = tmp_path / "sweep"
+  for extra in ((), ("--resume",)):
+    result = run_sweep("--num_workers=5000,6000", "--epochs=1",
+                       f"--sweep_dir={sweep_dir}", *extra)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("sweep: error: 2 of 2 runs failed")
+    assert "agn n=5000 λ=10" in last and "agn n=6000 λ=10" in last
+    text = (sweep_dir / "sweep.md").read_text()
+    assert "| 5000 | 10 | failed | – |" in text
+    assert "| 6000 | 10 | failed | – |" in text
+    assert "cannot be sharded over 5000 workers" in text
+  assert sorted(os.listdir(sweep_dir)) == ["sweep.md"]
