@@ -1,156 +1,120 @@
 r"""Temporal efficiency of finished runs, and their curves on one plot.
 
-  python -m experiments.compare RUN_A RUN_B [RUN_C ...] [--output=PATH]
+  python -m experiments.compare RUN_A RUN_B [RUN_C ...] [--output=PATH] \
+      [--time_base=auto|training|wall|simulated]
 
 prints E(a, b) = ∫₀^m f_a dt / ∫₀^m f_b dt (PAPER.md) for every pair of the
 runs, in two versions: f = the center's test accuracy (eval events) and f =
 the workers' mini-batch training accuracy averaged over 5-second windows
-(commit events; the thesis' version). The functions here are also what
-`experiments.train` and `experiments.sweep` use to read a run back.
+(commit events; the thesis' version). Times are on one time base (see
+`experiments.curves`): by default `training`, seconds since the start
+barrier, so start-up and compilation are reported apart and do not count
+inside E; `simulated` when every run has simulated times. The output names
+the time base, and warns at the top when the runs do not share a time base
+or a data budget. Writes the plot and, beside it, the same numbers as JSON.
+The functions here are also what `experiments.train` and `experiments.sweep`
+use to read a run back and compare runs.
 """
 
 import itertools
 import json
 import os
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
 import numpy as np
 
 from agn_jax import metrics
+from experiments import curves
 from experiments import flags as flags_lib
+from experiments import plots
 
-TRAIN_WINDOW_SECONDS = 5.0
-_COMMIT_FIELDS = ("time", "worker", "clock", "staleness", "loss", "accuracy")
-_EVAL_FIELDS = ("time", "clock", "loss", "accuracy")
+# The readers live in `experiments.curves`; these names are kept here for the
+# modules that read runs through compare (train, sweep).
+TRAIN_WINDOW_SECONDS = curves.TRAIN_WINDOW_SECONDS
+TIME_BASES = ("auto",) + curves.TIME_BASES
+Run = curves.Run
+RunDirError = curves.RunDirError
+read_events = curves.read_events
+read_run = curves.read_run
+eval_curve = curves.eval_curve
+train_curve = curves.train_curve
+labels = curves.labels
 
-
-class RunDirError(ValueError):
-  """A run directory that is missing or holds no readable metrics."""
-
-
-class Run(NamedTuple):
-  """One run read back from its workdir.
-
-  Attributes:
-    path: the workdir.
-    name: a short label (the workdir's base name).
-    config: config.json as a dict ({} if absent).
-    summary: summary.json as a dict ({} if absent).
-    commits: commit events as `{field: np.ndarray}` sorted by time.
-    evals: eval events as `{field: np.ndarray}` sorted by time.
-  """
-  path: str
-  name: str
-  config: Dict[str, object]
-  summary: Dict[str, object]
-  commits: Dict[str, np.ndarray]
-  evals: Dict[str, np.ndarray]
+# What decides how much data a run trains on (and on what model): runs that
+# differ in any of these are not a like-with-like comparison.
+BUDGET_KEYS = ("dataset", "dataset_size", "epochs", "batch_size", "model",
+               "hidden_sizes")
 
 
-def _read_json(path: str) -> Dict[str, object]:
-  if not os.path.isfile(path):
-    return {}
-  try:
-    with open(path) as f:
-      content = json.load(f)
-  except (OSError, ValueError) as e:
-    raise RunDirError(f"{path}: not readable JSON ({e})") from None
-  return content if isinstance(content, dict) else {}
+def choose_time_base(runs: Sequence[Run], time_base: str = "auto") -> str:
+  """The time base to compare `runs` on.
 
+  Args:
+    runs: the runs.
+    time_base: one of `TIME_BASES`; "auto" is "simulated" when every run has
+      simulated times (`sim_time`), else "training".
 
-def _columns(events: List[dict],
-             fields: Sequence[str]) -> Dict[str, np.ndarray]:
-  events = sorted(events, key=lambda e: e["time"])
-  return {f: np.array([e.get(f, np.nan) for e in events], np.float64)
-          for f in fields}
-
-
-def read_events(path: str) -> List[dict]:
-  """The events of one metrics.jsonl file.
-
-  A last line cut short (a run killed mid-write) is ignored; any other
-  malformed line is an error.
+  Returns:
+    One of "training", "wall", "simulated".
 
   Raises:
-    RunDirError: if the file is unreadable or malformed.
+    ValueError: one line, for an unknown name, or "simulated" when a run has
+      no simulated times.
   """
-  try:
-    with open(path) as f:
-      lines = f.read().splitlines()
-  except OSError as e:
-    raise RunDirError(f"{path}: cannot read ({e.strerror or e})") from None
-  events = []
-  for number, line in enumerate(lines, 1):
-    if not line.strip():
-      continue
-    try:
-      event = json.loads(line)
-      if not isinstance(event, dict) or "event" not in event:
-        raise ValueError("not an event object")
-      if event["event"] in ("commit", "eval"):
-        event["time"] = float(event["time"])
-    except (ValueError, KeyError, TypeError) as e:
-      if number == len(lines):
-        break
-      raise RunDirError(f"{path}:{number}: malformed event ({e})") from None
-    events.append(event)
-  return events
-
-
-def read_run(path: str) -> Run:
-  """Reads a run's workdir: metrics.jsonl, config.json and summary.json.
-
-  Raises:
-    RunDirError: one line, if `path` is not a run directory.
-  """
-  if not os.path.isdir(path):
-    raise RunDirError(f"{path}: no such run directory")
-  metrics_path = os.path.join(path, "metrics.jsonl")
-  if not os.path.isfile(metrics_path):
-    raise RunDirError(f"{path}: not a run directory (no metrics.jsonl)")
-  events = read_events(metrics_path)
-  commits = [e for e in events if e.get("event") == "commit"]
-  evals = [e for e in events if e.get("event") == "eval"]
-  if not commits and not evals:
-    raise RunDirError(f"{metrics_path}: holds no commit or eval events")
-  return Run(path=path,
-             name=os.path.basename(os.path.normpath(path)),
-             config=_read_json(os.path.join(path, "config.json")),
-             summary=_read_json(os.path.join(path, "summary.json")),
-             commits=_columns(commits, _COMMIT_FIELDS),
-             evals=_columns(evals, _EVAL_FIELDS))
-
-
-def eval_curve(run: Run):
-  """`(times, accuracies)` of the center on the test set."""
-  evals = run.evals
-  keep = np.isfinite(evals["accuracy"])
-  return evals["time"][keep], evals["accuracy"][keep]
-
-
-def train_curve(run: Run, window: float = TRAIN_WINDOW_SECONDS):
-  """The workers' mini-batch accuracy, averaged over `window`-second windows."""
-  commits = run.commits
-  keep = np.isfinite(commits["accuracy"])
-  if not np.any(keep):
-    return np.zeros(0), np.zeros(0)
-  return metrics.windowed_mean(commits["time"][keep],
-                               commits["accuracy"][keep], window)
+  if time_base == "auto":
+    return curves.default_time_base(runs)
+  for run in runs:
+    curves.effective_time_base(run, time_base)  # Raises where it cannot be.
+  return time_base
 
 
 def efficiency(run_a: Run, run_b: Run,
-               window: float = TRAIN_WINDOW_SECONDS
-              ) -> Dict[str, Optional[float]]:
+               window: float = TRAIN_WINDOW_SECONDS,
+               time_base: str = "auto") -> Dict[str, object]:
   """E(a, b) on test accuracy ("test") and windowed training accuracy ("train").
 
-  A version is None when either run lacks the events it needs, or the ratio
-  is undefined (run b's curve integrates to 0).
+  Both curves start at t = 0 of the time base: on "training", the start
+  barrier; what happened before it (start-up, compilation) does not count.
+
+  Args:
+    run_a: run a.
+    run_b: run b.
+    window: seconds over which the workers' training accuracy is averaged.
+    time_base: one of `TIME_BASES` ("auto": `choose_time_base([a, b])`).
+
+  Returns:
+    `{"test": E or None, "train": E or None, "time_base": the base asked
+    for, "time_bases": (run a's base, run b's base), "same_time_base":
+    bool}`. An E is None when either run lacks the events it needs or the
+    ratio is undefined (run b's curve integrates to 0). A run without the
+    base asked for (an old run has only "wall") is on its own base, and
+    `same_time_base` is then False: its E compares unlike times.
+
+  Raises:
+    ValueError: as `choose_time_base`.
+
+  Example:
+    >>> import numpy as np
+    >>> from experiments.curves import Run
+    >>> evals = {"time": np.array([0.0, 2.0]), "accuracy": np.array([0.5, 0.5]),
+    ...          "wall_time": np.array([3.0, 5.0]), "sim_time": np.full(2, np.nan)}
+    >>> commits = {f: np.zeros(0) for f in ("time", "wall_time", "sim_time",
+    ...                                      "accuracy")}
+    >>> a = Run("a", "a", {}, {}, commits, evals)
+    >>> b = Run("b", "b", {}, {}, commits, dict(evals, accuracy=np.ones(2)))
+    >>> e = efficiency(a, b)
+    >>> e["test"], e["train"], e["time_base"], e["same_time_base"]
+    (0.5, None, 'training', True)
   """
+  base = choose_time_base([run_a, run_b], time_base)
+  bases = (curves.effective_time_base(run_a, base),
+           curves.effective_time_base(run_b, base))
   result = {}
-  for key, curve in (("test", eval_curve),
-                     ("train", lambda r: train_curve(r, window))):
+  for key, curve in (("test", lambda r: curves.from_zero(
+      *curves.eval_curve(r, base))),
+                     ("train", lambda r: curves.train_curve(r, window, base))):
     (times_a, values_a), (times_b, values_b) = curve(run_a), curve(run_b)
     if not len(times_a) or not len(times_b):
       result[key] = None
@@ -160,7 +124,67 @@ def efficiency(run_a: Run, run_b: Run,
                                                 times_b, values_b)
     except ValueError:
       result[key] = None
+  result.update(time_base=base, time_bases=bases,
+                same_time_base=bases[0] == bases[1])
   return result
+
+
+def data_budget(run: Run) -> Dict[str, object]:
+  """How much data `run` trained on, and on what model.
+
+  Read from config.json, else from a `config` object in summary.json.
+
+  Args:
+    run: a run.
+
+  Returns:
+    `{key: value}` for every key of `BUDGET_KEYS`: dataset, dataset_size
+    (None: the dataset's own size), epochs (a float), batch_size, model and
+    hidden_sizes (a list of ints; None for a model other than the mlp, which
+    ignores it). A value the run does not record is None.
+
+  Example:
+    >>> from experiments.curves import Run
+    >>> run = Run("r", "r", {"dataset": "mnist", "epochs": 40, "model": "cnn",
+    ...                      "hidden_sizes": [8]}, {}, {}, {})
+    >>> data_budget(run)["epochs"], data_budget(run)["hidden_sizes"]
+    (40.0, None)
+  """
+  config = run.config
+  if not config and isinstance(run.summary.get("config"), dict):
+    config = run.summary["config"]
+  budget = {key: config.get(key) for key in BUDGET_KEYS}
+  if isinstance(budget["epochs"], (int, float)):
+    budget["epochs"] = float(budget["epochs"])
+  if budget["model"] not in (None, "mlp"):
+    budget["hidden_sizes"] = None
+  elif isinstance(budget["hidden_sizes"], (list, tuple)):
+    budget["hidden_sizes"] = [int(h) for h in budget["hidden_sizes"]]
+  return budget
+
+
+def same_budget(runs: Sequence[Run]) -> Tuple[bool, List[str]]:
+  """Whether `runs` trained on the same data budget (see `data_budget`).
+
+  Args:
+    runs: two or more runs.
+
+  Returns:
+    `(same, differing_keys)`: `differing_keys` lists, in `BUDGET_KEYS` order,
+    every key whose value is not the same in all runs (a key no run records
+    counts as the same; one only some runs record counts as differing).
+
+  Example:
+    >>> from experiments.curves import Run
+    >>> a = Run("a", "a", {"dataset": "mnist", "epochs": 40}, {}, {}, {})
+    >>> b = Run("b", "b", {"dataset": "mnist", "epochs": 100.0}, {}, {}, {})
+    >>> same_budget([a, b])
+    (False, ['epochs'])
+  """
+  budgets = [data_budget(run) for run in runs]
+  differing = [key for key in BUDGET_KEYS
+               if any(b[key] != budgets[0][key] for b in budgets[1:])]
+  return not differing, differing
 
 
 def final_accuracy(run: Run) -> Optional[float]:
@@ -185,30 +209,112 @@ def _format(value: Optional[float], spec: str = ".4f") -> str:
   return "n/a" if value is None else format(value, spec)
 
 
-def labels(runs: Sequence[Run]) -> List[str]:
-  """Distinct short labels: the base names, numbered where they repeat."""
-  names = [run.name for run in runs]
-  return [f"{name} ({i + 1})" if names.count(name) > 1 else name
-          for i, name in enumerate(names)]
+def training_seconds(run: Run, time_base: str = "training") -> Optional[float]:
+  """The time of the run's last commit or evaluation on `time_base`."""
+  times = np.concatenate([curves.commit_times(run, time_base),
+                          curves.eval_curve(run, time_base)[0]])
+  times = times[np.isfinite(times)]
+  return float(times.max()) if len(times) else None
+
+
+def _budget_text(value) -> str:
+  if isinstance(value, list):
+    return ",".join(str(v) for v in value)
+  return "unset" if value is None else f"{value:g}" if isinstance(
+      value, float) else str(value)
+
+
+def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
+               time_base: str = "auto") -> Dict[str, object]:
+  """Everything `compare` reports, as a JSON-ready dict.
+
+  Args:
+    runs: two or more runs.
+    window: seconds of the training-accuracy windows.
+    time_base: one of `TIME_BASES`.
+
+  Returns:
+    `{"time_base", "time_base_description", "window_seconds", "runs": [per
+    run: name, path, time_base, final_test_accuracy, training_seconds,
+    startup_seconds, commits, data_budget], "same_time_base", "same_budget",
+    "differing_budget", "warnings": [lines], "pairs": [a, b, test, train]}`.
+
+  Raises:
+    ValueError: as `choose_time_base`.
+  """
+  base = choose_time_base(runs, time_base)
+  names = labels(runs)
+  per_run = []
+  for name, run in zip(names, runs):
+    run_base = curves.effective_time_base(run, base)
+    per_run.append({
+        "name": name, "path": run.path, "time_base": run_base,
+        "final_test_accuracy": final_accuracy(run),
+        "training_seconds": training_seconds(run, base),
+        "startup_seconds": curves.startup_seconds(run),
+        "commits": int(len(run.commits["time"])),
+        "data_budget": data_budget(run)})
+  warnings = []
+  same_base = len({r["time_base"] for r in per_run}) == 1
+  if not same_base:
+    warnings.append(
+        "the runs do not share a time base (" + ", ".join(
+            f"{r['name']}: {r['time_base']}" for r in per_run) +
+        "); a run without a start barrier (an older run) counts its start-up "
+        "inside E, so E compares unlike times")
+  unrecorded = [r["name"] for r, run in zip(per_run, runs)
+                if all(v is None for v in r["data_budget"].values())]
+  if unrecorded:
+    warnings.append(f"no config.json for {', '.join(unrecorded)}: its data "
+                    "budget is unknown")
+  same, differing = same_budget(runs)
+  if not same:
+    warnings.append(
+        "the runs do not share a data budget: " + "; ".join(
+            f"{key} differs (" + ", ".join(
+                f"{r['name']}: {_budget_text(r['data_budget'][key])}"
+                for r in per_run) + ")" for key in differing) +
+        "; E compares runs that saw different data")
+  pairs = []
+  for (i, a), (j, b) in itertools.combinations(enumerate(runs), 2):
+    e = efficiency(a, b, window, base)
+    pairs.append({"a": names[i], "b": names[j], "test": e["test"],
+                  "train": e["train"]})
+  return {"time_base": base,
+          "time_base_description": curves.TIME_BASE_DESCRIPTIONS[base],
+          "window_seconds": window, "runs": per_run,
+          "same_time_base": same_base, "same_budget": same,
+          "differing_budget": differing, "warnings": warnings,
+          "pairs": pairs}
 
 
 def comparison_table(runs: Sequence[Run],
-                     window: float = TRAIN_WINDOW_SECONDS) -> str:
-  """The text `compare` prints: one line per run, then E for every pair."""
-  names = labels(runs)
+                     window: float = TRAIN_WINDOW_SECONDS,
+                     time_base: str = "auto",
+                     report: Optional[Dict[str, object]] = None) -> str:
+  """The text `compare` prints: warnings, the time base, one line per run, then E for every pair."""
+  report = report or comparison(runs, window, time_base)
+  names = [r["name"] for r in report["runs"]]
   width = max(len(n) for n in names) + 2
-  lines = [f"{'run':<{width}}{'test acc':>10}{'time (s)':>10}{'commits':>9}"]
-  for name, run in zip(names, runs):
-    lines.append(f"{name:<{width}}{_format(final_accuracy(run)):>10}"
-                 f"{_format(wall_time(run), '.2f'):>10}"
-                 f"{len(run.commits['time']):>9d}")
+  lines = [f"WARNING: {w}" for w in report["warnings"]]
+  if lines:
+    lines.append("")
+  lines.append(f"time base: {report['time_base']} "
+               f"({report['time_base_description']})")
+  lines.append("")
+  lines.append(f"{'run':<{width}}{'test acc':>10}{'time (s)':>10}"
+               f"{'start-up (s)':>14}{'commits':>9}")
+  for r in report["runs"]:
+    lines.append(f"{r['name']:<{width}}{_format(r['final_test_accuracy']):>10}"
+                 f"{_format(r['training_seconds'], '.2f'):>10}"
+                 f"{_format(r['startup_seconds'], '.2f'):>14}"
+                 f"{r['commits']:>9d}")
   lines.append("")
   lines.append(f"{'a':<{width}}{'b':<{width}}{'E test':>10}"
                f"{f'E train({window:g}s)':>16}")
-  for (i, a), (j, b) in itertools.combinations(enumerate(runs), 2):
-    e = efficiency(a, b, window)
-    lines.append(f"{names[i]:<{width}}{names[j]:<{width}}"
-                 f"{_format(e['test']):>10}{_format(e['train']):>16}")
+  for pair in report["pairs"]:
+    lines.append(f"{pair['a']:<{width}}{pair['b']:<{width}}"
+                 f"{_format(pair['test']):>10}{_format(pair['train']):>16}")
   return "\n".join(lines)
 
 
@@ -221,37 +327,54 @@ def default_output(first_run: str) -> str:
 
 
 def main(argv):
-  # plots imports this module: import it late.
-  from experiments import plots  # pylint: disable=g-import-not-at-top
-
+  program = "compare"
   run_dirs = argv[1:]
   if len(run_dirs) < 2:
     flags_lib.exit_with_error(
-        "compare", "give two or more run directories: "
+        program, "give two or more run directories: "
         "python -m experiments.compare RUN_A RUN_B [RUN_C ...]", status=2)
   try:
     runs = [read_run(d) for d in run_dirs]
   except RunDirError as e:
-    flags_lib.exit_with_error("compare", e)
+    flags_lib.exit_with_error(program, e)
   window = flags.FLAGS.window_seconds
-  print(comparison_table(runs, window))
-  output = flags.FLAGS.output or default_output(run_dirs[0])
   try:
-    plots.plot_comparison(runs, output, labels(runs), window)
+    report = comparison(runs, window, flags.FLAGS.time_base)
+  except ValueError as e:
+    flags_lib.exit_with_error(program, f"--time_base={flags.FLAGS.time_base}: "
+                              f"{e}", status=2)
+  print(comparison_table(runs, window, report=report))
+  output = flags.FLAGS.output or default_output(run_dirs[0])
+  json_path = os.path.splitext(output)[0] + ".json"
+  try:
+    plots.plot_comparison(runs, output, labels(runs), window,
+                          time_base=report["time_base"])
+    with open(json_path, "w") as f:
+      json.dump(report, f, indent=2)
+      f.write("\n")
   except OSError as e:
-    flags_lib.exit_with_error("compare", f"--output={output}: cannot write "
+    flags_lib.exit_with_error(program, f"--output={output}: cannot write "
                               f"({e.strerror or e})")
-  print(f"\nplot: {output}")
+  print(f"\nplot: {output}\nnumbers: {json_path}")
 
 
 def _define_flags():
   flags.DEFINE_string("output", None, "Where to draw the curves of all runs; "
-                      "default compare.png beside the first run.")
+                      "default compare.png beside the first run. The numbers "
+                      "go beside it as JSON (compare.json).")
   flags.DEFINE_float("window_seconds", TRAIN_WINDOW_SECONDS,
                      "Window over which the workers' training accuracy is "
                      "averaged.")
-  flags.register_validator("window_seconds", lambda v: v is not None and v > 0,
-                           message="--window_seconds accepts a number > 0")
+  flags.register_validator(
+      "window_seconds", lambda v: v is not None and np.isfinite(v) and v > 0,
+      message="--window_seconds accepts a finite number > 0")
+  flags.DEFINE_enum(
+      "time_base", "auto", list(TIME_BASES),
+      "Time base of E and the plots: training (seconds since the start "
+      "barrier, when all workers are ready; start-up is reported apart), "
+      "wall (since train() began, start-up included), simulated (simulated "
+      "seconds), or auto: simulated when every run has simulated times, "
+      "else training.")
 
 
 if __name__ == "__main__":

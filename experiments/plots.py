@@ -14,8 +14,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from agn_jax import metrics
-from experiments import compare
+from experiments import curves
 # pylint: enable=wrong-import-position
+
+
+def time_label(time_base: str) -> str:
+  """The x-axis label of a time base."""
+  return {"training": "time since the start barrier (s)",
+          "wall": "time since launch (s)",
+          "simulated": "simulated time (s)"}[time_base]
 
 
 def _save(fig, path: str) -> str:
@@ -26,73 +33,90 @@ def _save(fig, path: str) -> str:
   return path
 
 
-def plot_window(run: compare.Run,
-                longest: float = compare.TRAIN_WINDOW_SECONDS) -> float:
+def plot_window(run: curves.Run,
+                longest: float = curves.TRAIN_WINDOW_SECONDS,
+                time_base: str = "training") -> float:
   """A smoothing window that leaves ~20 points on the run's training span.
 
   The thesis' 5 s windows would leave one or two points on a 10 s run.
   """
-  times = run.commits["time"]
+  times = curves.commit_times(run, time_base)
+  times = times[np.isfinite(times)]
   if len(times) < 2:
     return longest
   return float(np.clip((times[-1] - times[0]) / 20, 0.05, longest))
 
 
-def plot_curves(run: compare.Run, path: str,
-                window: Optional[float] = None) -> str:
-  """curves.png: test accuracy and training loss vs wall time, with commits.
+def plot_curves(run: curves.Run, path: str,
+                window: Optional[float] = None,
+                time_base: Optional[str] = None) -> str:
+  """curves.png: test accuracy and training loss over time, with commits.
 
   The training accuracy and loss are the commits' mini-batch values (the loss
   also unsmoothed, faint) averaged over `window`-second windows (default
   `plot_window(run)`); the cumulative number of commits shares each panel on
-  a second y axis. Times count from the launch; the x axis starts near the
-  first measurement, and the title says how long start-up took.
+  a second y axis. Times are on `time_base` (default: the run's best, see
+  `curves.default_time_base`): on "training", t = 0 is the start barrier and
+  earlier evaluations sit at negative times; the title says how long
+  start-up took.
   """
-  window = window or plot_window(run)
+  time_base = curves.effective_time_base(
+      run, time_base or curves.default_time_base([run]))
+  window = window or plot_window(run, time_base=time_base)
   fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
-  times, accuracies = compare.eval_curve(run)
+  times, accuracies = curves.eval_curve(run, time_base)
   ax_acc.plot(times, accuracies, marker=".", color="C0", label="test (center)")
-  times, accuracies = compare.train_curve(run, window)
+  times, accuracies = curves.train_curve(run, window, time_base)
   if len(times):
     ax_acc.plot(times, accuracies, color="C1", alpha=0.8, marker=".",
                 markersize=3, label=f"train (workers, {window:.2g} s mean)")
-  ax_acc.set_xlabel("wall time (s)")
+  ax_acc.set_xlabel(time_label(time_base))
   ax_acc.set_ylabel("accuracy")
   ax_acc.set_title("accuracy")
   ax_acc.legend(loc="lower right")
 
-  commits = run.commits
-  keep = np.isfinite(commits["loss"])
+  commit_times = curves.event_times(run, run.commits, time_base)
+  losses = run.commits["loss"]
+  keep = np.isfinite(losses) & np.isfinite(commit_times) & (commit_times >= 0)
   if np.any(keep):
-    ax_loss.plot(commits["time"][keep], commits["loss"][keep], ".",
+    order = np.argsort(commit_times[keep], kind="stable")
+    ax_loss.plot(commit_times[keep], losses[keep], ".",
                  color="C1", alpha=0.15, markersize=2, label="commit")
-    t, loss = metrics.windowed_mean(commits["time"][keep],
-                                    commits["loss"][keep], window)
+    t, loss = metrics.windowed_mean(commit_times[keep][order],
+                                    losses[keep][order], window)
     ax_loss.plot(t, loss, color="C1", label=f"{window:.2g} s mean")
-  keep = np.isfinite(run.evals["loss"])
+  eval_times = curves.event_times(run, run.evals, time_base)
+  keep = np.isfinite(run.evals["loss"]) & np.isfinite(eval_times)
   if np.any(keep):
-    ax_loss.plot(run.evals["time"][keep], run.evals["loss"][keep], marker=".",
+    ax_loss.plot(eval_times[keep], run.evals["loss"][keep], marker=".",
                  color="C0", label="test (center)")
-  ax_loss.set_xlabel("wall time (s)")
+  ax_loss.set_xlabel(time_label(time_base))
   ax_loss.set_ylabel("loss")
   ax_loss.set_title("loss")
   ax_loss.legend(loc="upper right")
 
+  commit_times = np.sort(commit_times[np.isfinite(commit_times)])
   for ax in (ax_acc, ax_loss):
     twin = ax.twinx()
-    twin.plot(commits["time"], np.arange(1, len(commits["time"]) + 1),
+    twin.plot(commit_times, np.arange(1, len(commit_times) + 1),
               color="gray", linestyle="--", linewidth=1)
     twin.set_ylabel("commits", color="gray")
     twin.tick_params(axis="y", colors="gray")
   title = run.name
-  if len(commits["time"]):
-    title += f" (first commit at {commits['time'][0]:.1f} s)"
+  startup = curves.startup_seconds(run)
+  if startup is not None:
+    title += f" (start-up {startup:.1f} s"
+    if len(commit_times):
+      title += f", first commit at {commit_times[0]:.1f} s"
+    title += ")"
+  elif len(commit_times):
+    title += f" (first commit at {commit_times[0]:.1f} s)"
   fig.suptitle(title)
   fig.tight_layout()
   return _save(fig, path)
 
 
-def plot_staleness(run: compare.Run, path: str) -> Optional[str]:
+def plot_staleness(run: curves.Run, path: str) -> Optional[str]:
   """staleness.png: histogram of the commits' staleness.
 
   Returns:
@@ -120,7 +144,7 @@ def plot_staleness(run: compare.Run, path: str) -> Optional[str]:
   return _save(fig, path)
 
 
-def plot_run(run: compare.Run) -> Sequence[str]:
+def plot_run(run: curves.Run) -> Sequence[str]:
   """Writes curves.png and staleness.png into the run's workdir."""
   paths = [plot_curves(run, os.path.join(run.path, "curves.png"))]
   staleness = plot_staleness(run, os.path.join(run.path, "staleness.png"))
@@ -129,23 +153,28 @@ def plot_run(run: compare.Run) -> Sequence[str]:
   return paths
 
 
-def plot_comparison(runs: Sequence[compare.Run], path: str,
+def plot_comparison(runs: Sequence[curves.Run], path: str,
                     names: Optional[Sequence[str]] = None,
-                    window: float = compare.TRAIN_WINDOW_SECONDS) -> str:
-  """The test and windowed training accuracy of several runs, one plot each."""
-  names = names or compare.labels(runs)
+                    window: float = curves.TRAIN_WINDOW_SECONDS,
+                    time_base: Optional[str] = None) -> str:
+  """The test and windowed training accuracy of several runs, one plot each.
+
+  Times are on `time_base` (default `curves.default_time_base(runs)`).
+  """
+  names = names or curves.labels(runs)
+  time_base = time_base or curves.default_time_base(runs)
   fig, (ax_test, ax_train) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
   for i, (name, run) in enumerate(zip(names, runs)):
-    times, accuracies = compare.eval_curve(run)
+    times, accuracies = curves.eval_curve(run, time_base)
     ax_test.plot(times, accuracies, color=f"C{i % 10}", marker=".",
                  label=name)
-    times, accuracies = compare.train_curve(run, window)
+    times, accuracies = curves.train_curve(run, window, time_base)
     ax_train.plot(times, accuracies, color=f"C{i % 10}", marker=".",
                   label=name)
   ax_test.set_title("test accuracy (center)")
   ax_train.set_title(f"training accuracy (workers, {window:g} s mean)")
   for ax in (ax_test, ax_train):
-    ax.set_xlabel("wall time (s)")
+    ax.set_xlabel(time_label(time_base))
     ax.grid(alpha=0.3)
   ax_test.set_ylabel("accuracy")
   ax_test.legend(loc="lower right", fontsize="small")

@@ -9,28 +9,59 @@ import numpy as np
 import pytest
 
 from experiments import compare
+from experiments import curves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_run(directory, eval_curve=(), commit_curve=(), summary=None,
-              extra_lines=()):
-  """A run directory whose metrics.jsonl holds the given (time, accuracy)s."""
+              extra_lines=(), startup=None, sim_scale=None, config=None):
+  """A run directory whose metrics.jsonl holds the given (time, accuracy)s.
+
+  Without `startup` the rows are in the old format (`time` only, counted
+  from launch). With it, `time` is on the training base and every row also
+  has `wall_time = time + startup`; with `sim_scale`, `sim_time = time *
+  sim_scale` too.
+  """
   os.makedirs(directory, exist_ok=True)
+
+  def times(t):
+    row = {"time": t}
+    if startup is not None:
+      row["wall_time"] = t + startup
+    if sim_scale is not None:
+      row["sim_time"] = t * sim_scale
+    return row
+
   with open(os.path.join(directory, "metrics.jsonl"), "w") as f:
     for i, (t, acc) in enumerate(commit_curve):
-      f.write(json.dumps({"event": "commit", "time": t, "worker": i % 2,
+      f.write(json.dumps({"event": "commit", **times(t), "worker": i % 2,
                           "clock": i, "staleness": i % 3, "loss": 1 - acc,
                           "accuracy": acc}) + "\n")
     for i, (t, acc) in enumerate(eval_curve):
-      f.write(json.dumps({"event": "eval", "time": t, "clock": i,
+      f.write(json.dumps({"event": "eval", **times(t), "clock": i,
                           "loss": 1 - acc, "accuracy": acc}) + "\n")
     for line in extra_lines:
       f.write(line + "\n")
   if summary is not None:
     with open(os.path.join(directory, "summary.json"), "w") as f:
       json.dump(summary, f)
+  if config is not None:
+    with open(os.path.join(directory, "config.json"), "w") as f:
+      json.dump(config, f)
   return str(directory)
+
+
+def config(**changes):
+  base = {"dataset": "mnist", "dataset_size": None, "epochs": 40.0,
+          "batch_size": 128, "model": "mlp", "hidden_sizes": [1000, 2000, 1000],
+          "strategy": "agn", "learning_rate": 0.001}
+  base.update(changes)
+  return base
+
+
+def e_only(result):
+  return {"test": result["test"], "train": result["train"]}
 
 
 def ramp(end, slope, step=0.5):
@@ -76,8 +107,8 @@ def test_efficiency_of_a_run_with_itself_is_exactly_one(tmp_path):
                    eval_curve=list(zip(times[::10], rng.uniform(0, 1, 20))),
                    commit_curve=list(zip(times, rng.uniform(0, 1, 200))))
   a, again = compare.read_run(path), compare.read_run(path)
-  assert compare.efficiency(a, a) == {"test": 1.0, "train": 1.0}
-  assert compare.efficiency(a, again) == {"test": 1.0, "train": 1.0}
+  assert e_only(compare.efficiency(a, a)) == {"test": 1.0, "train": 1.0}
+  assert e_only(compare.efficiency(a, again)) == {"test": 1.0, "train": 1.0}
 
 
 def test_truncated_last_line_is_ignored_but_corrupt_middle_line_is_not(
@@ -106,18 +137,25 @@ def run_compare(*args, cwd=ROOT):
 
 def test_cli_prints_every_pair_and_draws_the_plot(tmp_path):
   a = write_run(tmp_path / "a", eval_curve=ramp(10, 0.1),
-                commit_curve=ramp(10, 0.05))
+                commit_curve=ramp(10, 0.05), config=config())
   b = write_run(tmp_path / "b", eval_curve=[(t, 0.8) for t in range(9)],
-                commit_curve=[(t, 0.4) for t in range(9)])
+                commit_curve=[(t, 0.4) for t in range(9)], config=config())
   output = tmp_path / "plots" / "cmp.png"
   result = run_compare(a, b, a, f"--output={output}")
   assert result.returncode == 0, result.stderr
-  # After the per-run block: a header, then the pairs (a, b), (a, a), (b, a)
-  # with E test in the next-to-last column; E(a, a) is exactly 1.
-  pair_lines = result.stdout.split("\n\n")[1].splitlines()[1:]
+  # After the time base and the per-run block: a header, then the pairs
+  # (a, b), (a, a), (b, a) with E test in the next-to-last column; E(a, a) is
+  # exactly 1. Old-format runs have one time base, counted from launch.
+  blocks = result.stdout.split("\n\n")
+  assert blocks[0].startswith("time base: wall"), result.stdout
+  pair_lines = blocks[2].splitlines()[1:]
   assert [line.split()[-2] for line in pair_lines] == [
       "0.5000", "1.0000", "2.0000"]
   assert output.stat().st_size > 0
+  numbers = json.loads((tmp_path / "plots" / "cmp.json").read_text())
+  assert numbers["time_base"] == "wall"
+  assert [r["time_base"] for r in numbers["runs"]] == ["wall"] * 3
+  assert [p["test"] for p in numbers["pairs"]] == pytest.approx([0.5, 1, 2])
 
 
 @pytest.mark.parametrize("case", ["missing", "not_a_run", "empty", "one"])
@@ -137,3 +175,177 @@ def test_cli_bad_run_dirs_are_one_line_errors(tmp_path, case):
   assert "Traceback" not in result.stderr
   assert len(result.stderr.strip().splitlines()) == 1, result.stderr
   assert result.stderr.startswith("compare: error:")
+
+
+def test_training_time_base_leaves_start_up_out(tmp_path):
+  # Both runs evaluate at training times 0 and 4; a holds 0.5, b holds 1.0.
+  # a's start-up took 2 s, b's 6 s (wall_time = time + start-up).
+  a = compare.read_run(write_run(tmp_path / "a", startup=2.0,
+                                 eval_curve=[(0, 0.5), (4, 0.5)]))
+  b = compare.read_run(write_run(tmp_path / "b", startup=6.0,
+                                 eval_curve=[(0, 1.0), (4, 1.0)]))
+  # Training base: ∫₀⁴ 0.5 / ∫₀⁴ 1.0 = 2 / 4.
+  e = compare.efficiency(a, b)
+  assert e["test"] == pytest.approx(0.5)
+  assert e["time_base"] == "training" and e["same_time_base"]
+  # Wall base: a = (0,0),(2,.5),(6,.5); b = (0,0),(6,1),(10,1); m = 6.
+  # ∫a = 2·0.25 + 4·0.5 = 2.5; ∫b = 6·0.5 = 3.
+  e = compare.efficiency(a, b, time_base="wall")
+  assert e["test"] == pytest.approx(2.5 / 3)
+  assert e["time_bases"] == ("wall", "wall")
+  assert curves.startup_seconds(a) == pytest.approx(2.0)
+
+
+def test_evaluations_before_the_start_barrier_carry_to_zero(tmp_path):
+  # a: 0.2 at t = -2 (before the barrier), 0.6 at t = 2 and 4, so on [0, 4]
+  # a = (0, 0.2), (2, 0.6), (4, 0.6): ∫ = 2·0.4 + 2·0.6 = 2.0. b = 1 on
+  # [0, 4]: ∫ = 4.
+  a = compare.read_run(write_run(tmp_path / "a", startup=3.0,
+                                 eval_curve=[(-2, 0.2), (2, 0.6), (4, 0.6)]))
+  b = compare.read_run(write_run(tmp_path / "b", startup=3.0,
+                                 eval_curve=[(0, 1.0), (4, 1.0)]))
+  assert compare.efficiency(a, b)["test"] == pytest.approx(0.5)
+  np.testing.assert_allclose(curves.eval_curve(a)[0], [-2, 2, 4])
+
+
+def test_auto_is_simulated_only_when_every_run_has_simulated_times(tmp_path):
+  # Simulated seconds are twice the training seconds in a, three times in b:
+  # a = 0.5 on sim [0, 8], b = 1.0 on sim [0, 12]; m = 8: E = 4 / 8.
+  # On the training base both last 4 s and E is also 0.5, so b's curve is
+  # made different: 1.0 until t = 2, then 0 (sim: until 6).
+  a = write_run(tmp_path / "a", startup=1.0, sim_scale=2.0,
+                eval_curve=[(0, 0.5), (4, 0.5)])
+  b = write_run(tmp_path / "b", startup=1.0, sim_scale=3.0,
+                eval_curve=[(0, 1.0), (2, 1.0), (2.5, 0.0), (4, 0.0)])
+  run_a, run_b = compare.read_run(a), compare.read_run(b)
+  # Simulated: a = 0.5 on [0, 8] -> 4; b = 1 on [0, 6], down to 0 at 7.5
+  # -> 6 + 0.75 = 6.75 (0 after). E = 4 / 6.75.
+  e = compare.efficiency(run_a, run_b)
+  assert e["time_base"] == "simulated"
+  assert e["test"] == pytest.approx(4 / 6.75)
+  # Training: a -> 2; b = 1 on [0, 2], down to 0 at 2.5 -> 2.25. E = 2/2.25.
+  e = compare.efficiency(run_a, run_b, time_base="training")
+  assert e["test"] == pytest.approx(2 / 2.25)
+  # One run without sim_time: auto falls back to training, and asking for
+  # simulated is an error naming the run.
+  old = compare.read_run(write_run(tmp_path / "c", startup=1.0,
+                                   eval_curve=[(0, 1.0), (4, 1.0)]))
+  assert compare.efficiency(run_a, old)["time_base"] == "training"
+  with pytest.raises(ValueError, match="c: has no simulated times"):
+    compare.efficiency(run_a, old, time_base="simulated")
+
+
+def test_mixing_an_old_run_with_a_new_one_is_flagged(tmp_path):
+  new = write_run(tmp_path / "new", startup=5.0, eval_curve=ramp(10, 0.1))
+  old = write_run(tmp_path / "old", eval_curve=ramp(10, 0.1))
+  e = compare.efficiency(compare.read_run(new), compare.read_run(old))
+  assert e["time_bases"] == ("training", "wall")
+  assert not e["same_time_base"]
+  result = run_compare(new, old, f"--output={tmp_path / 'cmp.png'}")
+  assert result.returncode == 0, result.stderr
+  first = result.stdout.splitlines()[0]
+  assert first.startswith("WARNING: the runs do not share a time base"), first
+  assert "old: wall" in first and "new: training" in first
+
+
+def test_data_budget_and_same_budget(tmp_path):
+  curve = [(0, 0.5), (4, 0.5)]
+  agn = compare.read_run(write_run(tmp_path / "agn", eval_curve=curve,
+                                   config=config()))
+  # Strategy settings differ but the budget is the same; epochs as an int.
+  aeasgd = compare.read_run(write_run(
+      tmp_path / "aeasgd", eval_curve=curve,
+      config=config(strategy="aeasgd", learning_rate=0.01, epochs=40)))
+  longer = compare.read_run(write_run(
+      tmp_path / "longer", eval_curve=curve,
+      config=config(epochs=100, batch_size=64)))
+  assert compare.data_budget(agn) == {
+      "dataset": "mnist", "dataset_size": None, "epochs": 40.0,
+      "batch_size": 128, "model": "mlp", "hidden_sizes": [1000, 2000, 1000]}
+  assert compare.same_budget([agn, aeasgd]) == (True, [])
+  assert compare.same_budget([agn, aeasgd, longer]) == (
+      False, ["epochs", "batch_size"])
+  # The cnn ignores hidden_sizes: different ones are the same budget.
+  cnn_a = compare.read_run(write_run(tmp_path / "cnn_a", eval_curve=curve,
+                                     config=config(model="cnn")))
+  cnn_b = compare.read_run(write_run(
+      tmp_path / "cnn_b", eval_curve=curve,
+      config=config(model="cnn", hidden_sizes=[8])))
+  assert compare.same_budget([cnn_a, cnn_b]) == (True, [])
+  # summary.json's config counts when there is no config.json.
+  from_summary = compare.read_run(write_run(
+      tmp_path / "s", eval_curve=curve, summary={"config": config(epochs=7)}))
+  assert compare.data_budget(from_summary)["epochs"] == 7.0
+
+
+def test_cli_warns_at_the_top_when_the_budgets_differ(tmp_path):
+  curve = [(0, 0.5), (4, 0.5)]
+  a = write_run(tmp_path / "a", eval_curve=curve, startup=1.0,
+                config=config(epochs=100))
+  b = write_run(tmp_path / "b", eval_curve=curve, startup=1.0,
+                config=config())
+  result = run_compare(a, b, f"--output={tmp_path / 'cmp.png'}")
+  assert result.returncode == 0, result.stderr
+  first = result.stdout.splitlines()[0]
+  assert first.startswith("WARNING: the runs do not share a data budget"), (
+      result.stdout)
+  assert "epochs differs (a: 100, b: 40)" in first
+  numbers = json.loads((tmp_path / "cmp.json").read_text())
+  assert numbers["same_budget"] is False
+  assert numbers["differing_budget"] == ["epochs"]
+  # The same budget: no warning at all.
+  c = write_run(tmp_path / "c", eval_curve=curve, startup=1.0,
+                config=config())
+  result = run_compare(c, b, f"--output={tmp_path / 'cmp.png'}")
+  assert result.returncode == 0, result.stderr
+  assert "WARNING" not in result.stdout
+  assert result.stdout.startswith("time base: training (seconds since the "
+                                  "start barrier")
+
+
+@pytest.mark.parametrize("bad", ['"abc"', "true", "[1]", '{"x": 1}'])
+def test_non_numeric_field_names_file_and_line(tmp_path, bad):
+  path = write_run(tmp_path / "a", eval_curve=[(0, 0.1), (1, 0.2)])
+  metrics_path = os.path.join(path, "metrics.jsonl")
+  with open(metrics_path, "a") as f:
+    f.write('{"event": "eval", "time": 2, "accuracy": ' + bad + "}\n")
+  with pytest.raises(compare.RunDirError,
+                     match=f"metrics.jsonl:3: field 'accuracy' is not a "
+                     "number"):
+    compare.read_run(path)
+  good = write_run(tmp_path / "good", eval_curve=[(0, 0.1), (1, 0.2)])
+  result = run_compare(good, path)
+  assert result.returncode != 0
+  assert "Traceback" not in result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith("compare: error:")
+  assert f"{metrics_path}:3" in lines[0] and "accuracy" in lines[0]
+
+
+@pytest.mark.parametrize("args", [["--time_base=simulated"],
+                                  ["--time_base=cpu"],
+                                  ["--window_seconds=inf"],
+                                  ["--window_seconds=nan"]])
+def test_cli_bad_time_base_or_window_is_one_line(tmp_path, args):
+  a = write_run(tmp_path / "a", eval_curve=[(0, 0.1), (1, 0.2)], startup=1.0)
+  b = write_run(tmp_path / "b", eval_curve=[(0, 0.1), (1, 0.2)], startup=1.0)
+  result = run_compare(a, b, *args)
+  assert result.returncode != 0
+  assert "Traceback" not in result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith("compare: error:")
+  assert args[0].split("=")[0] in lines[0]
+
+
+def test_compare_and_plots_do_not_import_each_other():
+  # The curve data lives in experiments.curves; plots needs only that.
+  import ast  # pylint: disable=g-import-not-at-top
+  for module, other in (("plots", "compare"), ("curves", "compare"),
+                        ("curves", "plots")):
+    with open(os.path.join(ROOT, "experiments", f"{module}.py")) as f:
+      tree = ast.parse(f.read())
+    imported = {alias.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert other not in imported, (module, other)
