@@ -6,6 +6,7 @@ with one line naming the flag and what it accepts, before any process starts.
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shlex
@@ -16,14 +17,29 @@ from typing import Callable, Iterable, List, Optional, Sequence
 from absl import flags
 
 from agn_jax import config as config_lib
+from agn_jax import data as data_lib
+from agn_jax import models
+from agn_jax import strategies
+from agn_jax import transform
+from agn_jax.runtime import backend as backend_lib
+from agn_jax.runtime import placement
 
 
 class UsageError(Exception):
   """A bad command line or workdir, reported as one line and exit status 2."""
 
 
+def _finite(value) -> bool:
+  return value is not None and math.isfinite(value)
+
+
 def _positive(value) -> bool:
-  return value is not None and value > 0
+  """A finite number > 0 (`--epochs=inf` means nothing a run can do)."""
+  return _finite(value) and value > 0
+
+
+def _unit_interval(value) -> bool:
+  return _finite(value) and 0 <= value < 1
 
 
 def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
@@ -88,14 +104,15 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
     flags.DEFINE_float(name, default, help_, flag_values=flag_values)
     _validate(name, check, accepts, flag_values)
 
-  enum("strategy", d.strategy, list(config_lib.STRATEGIES),
+  paper_default = "default: the strategy's paper default"
+  enum("strategy", d.strategy, list(strategies.available()),
        "Training strategy: AGN or one of the baselines.")
   integer("num_workers", d.num_workers, "Number of worker processes n.",
           _positive, "an integer >= 1")
   integer("communication_window", d.communication_window,
           "Local steps λ between commits (λ = 1 is DOWNPOUR).", _positive,
           "an integer >= 1")
-  enum("dataset", d.dataset, list(config_lib.DATASETS), "Dataset.")
+  enum("dataset", d.dataset, list(data_lib.DATASETS), "Dataset.")
   if "data_dir" not in skip:
     flags.DEFINE_string("data_dir", d.data_dir,
                         "Directory of the MNIST IDX files (downloaded there "
@@ -105,7 +122,7 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
           "Examples to generate (synthetic, mnist1d) or cap on the training "
           "examples (digits, mnist); default: the dataset's own.",
           _optional(_positive), "an integer >= 1 (or leave it unset)")
-  enum("model", d.model, list(config_lib.MODELS), "Model.")
+  enum("model", d.model, list(models.MODELS), "Model.")
   if "hidden_sizes" not in skip:
     flags.DEFINE_list("hidden_sizes", [str(h) for h in d.hidden_sizes],
                       "Widths of the MLP's hidden layers, comma-separated.",
@@ -117,37 +134,48 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
           _positive, "an integer >= 1")
   floating("epochs", d.epochs,
            "Total epochs' worth of data, split equally over the workers.",
-           _positive, "a number > 0")
+           _positive, "a finite number > 0")
   enum("worker_optimizer", d.worker_optimizer,
-       list(config_lib.WORKER_OPTIMIZERS),
-       "Local optimizer of the workers (eamsgd always uses momentum).")
+       list(strategies.WORKER_OPTIMIZERS),
+       f"Local optimizer of the workers (eamsgd's must be momentum); "
+       f"{paper_default} (adam for agn, downpour, dynsgd, adag; sgd for "
+       "aeasgd; momentum for eamsgd).")
   floating("learning_rate", d.learning_rate,
-           "Learning rate η of the local optimizer.", _positive,
-           "a number > 0")
+           f"Learning rate η of the local optimizer; {paper_default} (1e-3 "
+           "for agn, downpour, dynsgd, adag; 0.01 for aeasgd, eamsgd).",
+           _optional(_positive), "a finite number > 0")
   floating("momentum", d.momentum,
-           "Momentum of the momentum optimizer and of eamsgd's workers.",
-           lambda v: v is not None and 0 <= v < 1, "a number in [0, 1)")
-  floating("rho", d.rho, "Elasticity ρ of aeasgd/eamsgd (α = ρ η).",
-           _positive, "a number > 0")
+           "Momentum of the momentum optimizer and of eamsgd's workers; "
+           f"{paper_default} (0.9).",
+           _optional(_unit_interval), "a number in [0, 1)")
+  floating("rho", d.rho, "Elasticity ρ of aeasgd/eamsgd (α = ρ η); "
+           f"{paper_default} (5).",
+           _optional(_positive), "a finite number > 0")
+  enum("normalization", d.normalization,
+       list(transform.NORMALIZATIONS),
+       "What agn and adag divide a window's accumulated update by before "
+       "committing it: window (λ, the paper), none (the raw delta, as "
+       "DOWNPOUR) or l2 (its L2 norm); "
+       f"{paper_default} (window; the other strategies have none to choose).")
   enum("server_optimizer", d.server_optimizer,
-       list(config_lib.SERVER_OPTIMIZERS),
+       list(strategies.SERVER_OPTIMIZERS),
        "Outer optimizer applied to the committed deltas (DiLoCo: nesterov, "
        "--server_learning_rate=0.7, --server_momentum=0.9).")
   floating("server_learning_rate", d.server_learning_rate,
            "Learning rate of the server optimizer.", _positive,
-           "a number > 0")
+           "a finite number > 0")
   floating("server_momentum", d.server_momentum,
-           "Momentum of the server optimizer.",
-           lambda v: v is not None and 0 <= v < 1, "a number in [0, 1)")
-  enum("platform", d.platform, list(config_lib.PLATFORMS),
+           "Momentum of the server optimizer.", _unit_interval,
+           "a number in [0, 1)")
+  enum("platform", d.platform, list(placement.PLATFORMS),
        "Platform of the workers; default: whatever JAX finds.")
   floating("eval_every_seconds", d.eval_every_seconds,
            "Seconds between evaluations of the center on the test set; "
-           "0 or less: only the final one.", lambda v: v is not None,
-           "a number (0 or less turns periodic evaluation off)")
+           "0 or less: only the final one.", _finite,
+           "a finite number (0 or less turns periodic evaluation off)")
   floating("max_seconds", d.max_seconds,
            "Stop training after this many seconds; default: no limit.",
-           _optional(_positive), "a number > 0 (or leave it unset)")
+           _optional(_positive), "a finite number > 0 (or leave it unset)")
   integer("seed", d.seed, "Seed of initialization and data shuffling.",
           lambda v: v is not None and v >= 0, "an integer >= 0")
   if "workdir" not in skip:
@@ -158,12 +186,16 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
                         flag_values=flag_values)
   floating("checkpoint_every_seconds", d.checkpoint_every_seconds,
            "Seconds between checkpoints; 0 or less: only at the end.",
-           lambda v: v is not None, "a number")
+           _finite, "a finite number (0 or less: only at the end)")
   integer("max_worker_restarts", d.max_worker_restarts,
           "How many times dead workers are restarted, in total over all "
           "workers of one run (or of one --resume session), before the run "
           "fails.",
           lambda v: v is not None and v >= 0, "an integer >= 0")
+  enum("backend", d.backend, list(backend_lib.available()),
+       "How the run is run: processes (real processes and shared memory on "
+       "this host, the reference), simulated (the workers in one "
+       "deterministic program) or ray.")
   if "resume" not in skip:
     flags.DEFINE_bool("resume", d.resume,
                       "Continue the run found in --workdir.",
@@ -259,6 +291,8 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
 
   Returns:
     The config. Without a --workdir flag value it gets `default_workdir`.
+    A strategy setting whose flag was not given stays None: the strategy's
+    paper default, filled in by `TrainConfig.resolved()`.
   """
   values = {}
   for name in config_lib.TrainConfig.__dataclass_fields__:
@@ -311,11 +345,14 @@ def resumed_config(flag_values: flags.FlagValues,
 
 def write_config(config: config_lib.TrainConfig, workdir: str,
                  command: Optional[Sequence[str]] = None) -> str:
-  """Makes sure config.json names every TrainConfig field (every flag value).
+  """Makes sure config.json names every TrainConfig field with the value used.
 
-  The runtime writes config.json when it starts; its values are kept and any
-  field it lacks is added. `command`, the command line, is recorded as well:
-  flags given through --flagfile are already expanded into the fields.
+  The runtime writes config.json when it starts; its values are kept, any
+  field it lacks is added, and a strategy setting it left at None (the
+  strategy's paper default) is replaced by the resolved value
+  (`TrainConfig.resolved`), so config.json says what the run actually used.
+  `command`, the command line, is recorded as well: flags given through
+  --flagfile are already expanded into the fields.
 
   Returns:
     The path of config.json.
@@ -328,7 +365,14 @@ def write_config(config: config_lib.TrainConfig, workdir: str,
         content = json.load(f)
     except (OSError, ValueError):
       content = {}
-  missing = {k: v for k, v in config.to_dict().items() if k not in content}
+    if not isinstance(content, dict):
+      content = {}
+  try:
+    used = config.resolved()
+  except ValueError:  # An unknown strategy: record what was asked for.
+    used = config
+  missing = {k: v for k, v in used.to_dict().items()
+             if k not in content or (content[k] is None and v is not None)}
   if command and "command" not in content:
     missing["command"] = " ".join(shlex.quote(a) for a in command)
   if missing or not content:

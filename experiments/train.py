@@ -22,9 +22,12 @@ from absl import logging
 import numpy as np
 import tqdm
 
-from agn_jax.config import TrainConfig
+from agn_jax import build
+from agn_jax import config as config_lib
 from agn_jax import runtime
+from agn_jax.config import TrainConfig
 from experiments import compare
+from experiments import curves
 from experiments import flags as flags_lib
 
 FLAGS = flags.FLAGS
@@ -75,7 +78,7 @@ class ProgressBar:
     # leaves its one-line error alone on the terminal.
     config = self._config
     logging.info("training in %s: %s", os.path.abspath(config.workdir),
-                 config.to_dict())
+                 config.resolved().to_dict())
     self._bar = tqdm.tqdm(total=None, unit="commit", dynamic_ncols=True,
                           mininterval=0.5, file=sys.stderr, leave=True,
                           disable=not self._enabled,
@@ -131,6 +134,8 @@ def summarize(config: TrainConfig, summary: Dict[str, object],
   rows = {"final test accuracy": number("final_test_accuracy"),
           "final test loss": number("final_test_loss"),
           "wall time (s)": number("wall_seconds"),
+          "start-up (s)": number("startup_seconds"),
+          "training time (s)": number("training_seconds"),
           "commits": number("num_commits"),
           "mean staleness": number("mean_staleness"),
           "samples/s": number("samples_per_second")}
@@ -139,6 +144,8 @@ def summarize(config: TrainConfig, summary: Dict[str, object],
         "final test accuracy": lambda: compare.final_accuracy(run),
         "final test loss": lambda: float(run.evals["loss"][-1]),
         "wall time (s)": lambda: compare.wall_time(run),
+        "start-up (s)": lambda: curves.startup_seconds(run),
+        "training time (s)": lambda: compare.training_seconds(run),
         "commits": lambda: float(len(run.commits["time"])),
         "mean staleness": lambda: float(np.mean(run.commits["staleness"])),
     }
@@ -148,13 +155,15 @@ def summarize(config: TrainConfig, summary: Dict[str, object],
           rows[key] = fallback()
         except (IndexError, ValueError):
           pass
-  if rows["samples/s"] is None and rows["commits"] and rows["wall time (s)"]:
+  seconds = rows["training time (s)"] or rows["wall time (s)"]
+  if rows["samples/s"] is None and rows["commits"] and seconds:
     rows["samples/s"] = (rows["commits"] * config.communication_window *
-                         config.batch_size / rows["wall time (s)"])
+                         config.batch_size / seconds)
   return rows
 
 
 _TABLE_FORMAT = {"commits": ".0f", "samples/s": ".0f", "wall time (s)": ".2f",
+                 "start-up (s)": ".2f", "training time (s)": ".2f",
                  "mean staleness": ".2f"}
 
 
@@ -167,6 +176,28 @@ def format_table(rows: Dict[str, Optional[float]]) -> str:
                                               _TABLE_FORMAT.get(key, ".4f"))
     lines.append(f"{key:<{width}}  {text:>10}")
   return "\n".join(lines)
+
+
+def format_settings(config: TrainConfig) -> str:
+  """The strategy settings the run used (paper defaults filled in), one line.
+
+  The server optimizer's learning rate and momentum are shown only when there
+  is a server optimizer.
+
+  Example:
+    >>> format_settings(TrainConfig(strategy="aeasgd"))
+    'aeasgd: worker_optimizer=sgd learning_rate=0.01 momentum=0.9 rho=5 normalization=none server_optimizer=none'
+  """
+  used = config.resolved()
+  parts = []
+  for name in config_lib.STRATEGY_SETTINGS:
+    if (name in ("server_learning_rate", "server_momentum") and
+        used.server_optimizer == "none"):
+      continue
+    value = getattr(used, name)
+    parts.append(f"{name}={value:g}" if isinstance(value, float) else
+                 f"{name}={value}")
+  return f"{used.strategy}: " + " ".join(parts)
 
 
 def _write_results(config: TrainConfig,
@@ -241,7 +272,8 @@ def main(argv):
     flags_lib.check_workdir(config.workdir, config.resume)
     if config.resume:
       config = flags_lib.resumed_config(FLAGS, config.workdir)
-  except flags_lib.UsageError as e:
+    build.check_strategy_settings(config)
+  except (flags_lib.UsageError, ValueError) as e:
     flags_lib.exit_with_error(program, e, status=2)
 
   existed = os.path.exists(config.workdir)
@@ -263,6 +295,7 @@ def main(argv):
       if not existed:
         remove_if_unstarted(config.workdir)
       flags_lib.exit_with_error(program, e)
+  print(format_settings(config))
   print(format_table(rows))
   print(f"results: {config.workdir}")
 

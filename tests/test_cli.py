@@ -36,6 +36,8 @@ def test_config_from_flags_fills_every_field():
                                worker_optimizer="sgd", rho=2.5,
                                platform="cpu", max_seconds=30.0,
                                workdir="/tmp/x")
+  # Strategy settings not given stay None: the strategy's paper default.
+  assert config.learning_rate is None and config.normalization is None
   # Every config field has its flag, with the config's default.
   flag_values = flags.FlagValues()
   flags_lib.define_train_flags(flag_values)
@@ -90,11 +92,40 @@ BAD_FLAGS = {
     "negative float": (["--learning_rate=-0.1"], "--learning_rate"),
     "zero epochs": (["--epochs=0"], "--epochs"),
     "momentum": (["--momentum=1.5"], "--momentum"),
+    "infinite epochs": (["--epochs=inf"], "--epochs"),
+    "nan epochs": (["--epochs=nan"], "--epochs"),
+    "infinite learning rate": (["--learning_rate=inf"], "--learning_rate"),
+    "nan momentum": (["--momentum=nan"], "--momentum"),
+    "infinite rho": (["--rho=inf"], "--rho"),
+    "infinite server lr": (["--server_learning_rate=inf"],
+                           "--server_learning_rate"),
+    "infinite max_seconds": (["--max_seconds=inf"], "--max_seconds"),
+    "nan eval period": (["--eval_every_seconds=nan"], "--eval_every_seconds"),
+    "infinite checkpoint period": (["--checkpoint_every_seconds=inf"],
+                                   "--checkpoint_every_seconds"),
+    "bad normalization": (["--normalization=max"], "--normalization"),
     "hidden sizes": (["--hidden_sizes=64,,x"], "--hidden_sizes"),
     "unknown flag": (["--num_worker=4"], "num_worker"),
     "positional": (["extra"], "extra"),
     "missing flagfile": (["--flagfile=/nonexistent/x.flags"], "flagfile"),
 }
+
+
+def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
+  # No optimizer flags: AEASGD gets SGD, η = 0.01, ρ = 5 (PAPER.md), and
+  # config.json and the printed summary say so.
+  workdir = tmp_path / "run"
+  result = train("--strategy=aeasgd", "--num_workers=2",
+                 "--communication_window=4", "--epochs=2",
+                 "--hidden_sizes=16", "--eval_every_seconds=0",
+                 f"--workdir={workdir}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  config = json.loads((workdir / "config.json").read_text())
+  assert (config["strategy"], config["worker_optimizer"],
+          config["learning_rate"], config["rho"]) == ("aeasgd", "sgd", 0.01,
+                                                       5.0)
+  assert ("aeasgd: worker_optimizer=sgd learning_rate=0.01 momentum=0.9 "
+          "rho=5 normalization=none server_optimizer=none") in result.stdout
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FLAGS))
@@ -109,6 +140,35 @@ def test_bad_flags_are_one_line_errors(tmp_path, case):
   assert result.returncode == 2
   assert {name: content for name, (content, _) in snapshot(workdir).items()
          } == {"summary.json": b'{"keep": true}'}
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--strategy=eamsgd", "--worker_optimizer=adam"], "momentum"),
+    (["--strategy=downpour", "--normalization=l2"], "normalization"),
+    (["--strategy=aeasgd", "--normalization=window"], "normalization"),
+])
+def test_settings_the_strategy_cannot_honour_are_one_line_errors(
+    tmp_path, args, named):
+  workdir = tmp_path / "run"
+  result = train(*args, f"--workdir={workdir}")
+  line = assert_one_line_error(result)
+  assert named in line
+  assert result.returncode == 2
+  assert not workdir.exists()
+
+
+def test_write_config_records_the_resolved_settings(tmp_path):
+  # As the runtime may leave it: the settings still None (paper default).
+  config = TrainConfig(strategy="aeasgd", rho=2.0, workdir=str(tmp_path))
+  (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+  path = flags_lib.write_config(config, str(tmp_path), ["train", "--rho=2"])
+  written = json.loads(open(path).read())
+  # PAPER.md's AEASGD: SGD, η = 0.01; the ρ given is kept.
+  assert (written["worker_optimizer"], written["learning_rate"],
+          written["rho"], written["normalization"]) == ("sgd", 0.01, 2.0,
+                                                        "none")
+  assert written["max_seconds"] is None  # Generic Nones stay None.
+  assert written["command"] == "train --rho=2"
 
 
 def test_bad_flag_inside_flagfile(tmp_path):
