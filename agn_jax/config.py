@@ -4,11 +4,11 @@ The lists of valid names live with their owners: `agn_jax.strategies.available()
 `agn_jax.models.MODELS`, `agn_jax.data.DATASETS`,
 `agn_jax.strategies.WORKER_OPTIMIZERS` / `SERVER_OPTIMIZERS`,
 `agn_jax.transform.NORMALIZATIONS` and `agn_jax.runtime.placement.PLATFORMS`.
-This module imports none of them at import time.
+Ask the owner; this module keeps no copy.
 """
 
 import dataclasses
-from typing import Any, Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 # The fields a per-strategy flagfile (`sweep --strategy_flagfile`) may set:
 # a strategy's own settings, never the data budget or the grid.
@@ -20,28 +20,6 @@ STRATEGY_SETTINGS = ("worker_optimizer", "learning_rate", "momentum", "rho",
 # the strategy becomes (e.g. the momentum of agn's optional momentum workers).
 GENERIC_DEFAULTS = {"worker_optimizer": "adam", "learning_rate": 1e-3,
                     "momentum": 0.9, "rho": 5.0, "normalization": "none"}
-
-
-def _owned_names() -> Dict[str, Any]:
-  # Imported late: each owner pulls in JAX or the runtime.
-  from agn_jax import data, models, strategies, transform  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import placement  # pylint: disable=g-import-not-at-top
-  return {"STRATEGIES": strategies.available(),
-          "DATASETS": tuple(data.DATASETS),
-          "MODELS": tuple(models.MODELS),
-          "WORKER_OPTIMIZERS": tuple(strategies.WORKER_OPTIMIZERS),
-          "SERVER_OPTIMIZERS": tuple(strategies.SERVER_OPTIMIZERS),
-          "NORMALIZATIONS": tuple(transform.NORMALIZATIONS),
-          "PLATFORMS": tuple(placement.PLATFORMS)}
-
-
-def __getattr__(name):
-  # Compatibility for callers not yet asking the owners: `config.STRATEGIES`
-  # and friends are computed from the owner on each access, never copied.
-  if name in ("STRATEGIES", "DATASETS", "MODELS", "WORKER_OPTIMIZERS",
-              "SERVER_OPTIMIZERS", "NORMALIZATIONS", "PLATFORMS"):
-    return _owned_names()[name]
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass

@@ -16,6 +16,12 @@ from agn_jax import strategies
 from agn_jax.config import TrainConfig
 
 
+def test_config_keeps_no_copy_of_the_owners_lists():
+  for name in ("STRATEGIES", "MODELS", "PLATFORMS", "DATASETS",
+               "WORKER_OPTIMIZERS", "SERVER_OPTIMIZERS"):
+    assert not hasattr(config_lib, name), name
+
+
 def test_strategy_settings_default_to_none_and_name_config_fields():
   config = TrainConfig()
   for name in ("worker_optimizer", "learning_rate", "momentum", "rho",

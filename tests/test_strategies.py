@@ -219,9 +219,14 @@ class RegistryTest(parameterized.TestCase):
       return get_strategy("downpour", communication_window=communication_window)
 
     try:
-      from agn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+      # The CLI asks the registry: --strategy accepts the new name.
+      from absl import flags  # pylint: disable=g-import-not-at-top
+      from experiments import flags as flags_lib  # pylint: disable=g-import-not-at-top
+      flag_values = flags.FlagValues()
+      flags_lib.define_train_flags(flag_values)
+      flag_values(["train", "--strategy=test_only"])
+      self.assertEqual(flag_values.strategy, "test_only")
       self.assertIn("test_only", strategies.available())
-      self.assertIn("test_only", config_lib.STRATEGIES)
       self.assertEqual(strategies.paper_defaults("test_only"),
                        {"learning_rate": 0.5})
       self.assertEqual(get_strategy("test_only", communication_window=2)
