@@ -678,6 +678,9 @@ def _run_cell(program, runtime, config, argv, update_report):
                                            command=argv)
       logging.info("%s: %s", config.workdir, rows)
       return None
+    except runtime.NothingToDo as e:
+      logging.info("%s", e)  # Completed already: nothing was touched.
+      return None
     except KeyboardInterrupt as e:
       update_report()
       if train_lib.was_terminated(e):
