@@ -309,7 +309,7 @@ _SHARDED = textwrap.dedent("""
     from jax.sharding import Mesh
     from agn_jax import TrainConfig
     from agn_jax.data import load_synthetic
-    from agn_jax.simulator import Simulation
+    from agn_jax.simulator import Simulation, default_mesh
 
     ds = load_synthetic(size=600, seed=0)
     out = {"devices": jax.local_device_count()}
@@ -324,8 +324,10 @@ _SHARDED = textwrap.dedent("""
                          workers_per_call=k)
         records = [list(r) for rs in sim for r in rs]
         runs.append({"info": sim.info, "records": records,
-                     "center": sim.center().tolist()})
+                     "center": sim.center().tolist(),
+                     "evaluation": sim.evaluate(ds.x_test, ds.y_test)})
       out[name] = runs
+    out["mesh_sizes"] = {n: default_mesh(n).size for n in (4, 6, 10, 7)}
     print(json.dumps(out))
 """)
 
@@ -353,6 +355,10 @@ class ShardedTest(absltest.TestCase):
       self.assertLen(sharded["records"], len(single["records"]))
       np.testing.assert_allclose(sharded["center"], single["center"],
                                  rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(sharded["evaluation"], single["evaluation"],
+                                 rtol=1e-5)
+    # The most devices that divide n: nobody is padded.
+    self.assertEqual(out["mesh_sizes"], {"4": 4, "6": 3, "10": 2, "7": 1})
 
 
 if __name__ == "__main__":
