@@ -60,7 +60,8 @@ class Checkpointer:
   """
 
   def __init__(self, directory: str):
-    self._ocp, self._manager = _manager(directory, create=True)
+    with _quiet_orbax():  # Orbax narrates every save at INFO; the books say enough.
+      self._ocp, self._manager = _manager(directory, create=True)
 
   def save(self, step: int, center: np.ndarray, server_leaves, meta: Dict[str,
                                                                           Any]):
@@ -70,15 +71,18 @@ class Checkpointer:
         "center": np.asarray(center),
         "server": {f"{i:04d}": np.asarray(x) for i, x in enumerate(server_leaves)}
     }
-    self._manager.save(
-        int(step),
-        args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-        force=True)
-    self._manager.wait_until_finished()
+    with _quiet_orbax():
+      self._manager.save(
+          int(step),
+          args=ocp.args.Composite(
+              state=ocp.args.StandardSave(state),
+              meta=ocp.args.JsonSave(meta)),
+          force=True)
+      self._manager.wait_until_finished()
 
   def close(self):
-    self._manager.close()
+    with _quiet_orbax():
+      self._manager.close()
 
 
 def _first_line(error: BaseException, limit: int = 240) -> str:

@@ -64,6 +64,18 @@ class TrainConfig:
       "processes" (real processes and shared memory on one host, the
       reference), "simulated" (the workers vmapped in one deterministic
       program) or "ray" (actors on a Ray cluster).
+    commit_order: simulated backend: the order of each round's commits,
+      "round_robin" (homogeneous workers), "random" (a seeded permutation
+      each round) or "speeds" (heterogeneous workers, see `worker_speeds`).
+    worker_speeds: simulated backend, "speeds" order: each worker's speed
+      factor; None draws them from a seeded log-normal spread.
+    speed_spread: sigma of that log-normal spread.
+    workers_per_call: simulated backend: workers vmapped together in one
+      call of the window kernel (None: the platform's measured default).
+    eval_every_rounds: simulated backend: rounds between evaluations of the
+      center (0: only the final one).
+    ray_address: ray backend: "local" (start a private Ray instance on this
+      machine), "auto" (the cluster this machine belongs to) or an address.
   """
   strategy: str = "agn"
   num_workers: int = 4
@@ -92,6 +104,12 @@ class TrainConfig:
   max_worker_restarts: int = 3
   resume: bool = False
   backend: str = "processes"
+  commit_order: str = "round_robin"
+  worker_speeds: Optional[Tuple[float, ...]] = None
+  speed_spread: float = 0.5
+  workers_per_call: Optional[int] = None
+  eval_every_rounds: int = 10
+  ray_address: str = "local"
 
   def resolved(self) -> "TrainConfig":
     """A copy whose strategy-specific fields left at None hold the values used.
@@ -123,6 +141,8 @@ class TrainConfig:
   def to_dict(self):
     d = dataclasses.asdict(self)
     d["hidden_sizes"] = list(self.hidden_sizes)
+    if self.worker_speeds is not None:
+      d["worker_speeds"] = list(self.worker_speeds)
     return d
 
   @classmethod
@@ -131,4 +151,6 @@ class TrainConfig:
     d = {k: v for k, v in d.items() if k in known}
     if "hidden_sizes" in d:
       d["hidden_sizes"] = tuple(int(h) for h in d["hidden_sizes"])
+    if d.get("worker_speeds") is not None:
+      d["worker_speeds"] = tuple(float(s) for s in d["worker_speeds"])
     return cls(**d)

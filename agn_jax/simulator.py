@@ -788,6 +788,11 @@ class Simulation:
     return models.evaluate(self._apply_fn, self._center, x, y, batch_size)
 
   @property
+  def simulated_time(self) -> float:
+    """When the last commit so far happened, in simulated time (0 before the first)."""
+    return self._simulated_time
+
+  @property
   def clock(self) -> int:
     """Commits applied to the center so far (rejected ones excluded)."""
     return int(self._server.clock)

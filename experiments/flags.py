@@ -38,6 +38,10 @@ def _positive(value) -> bool:
   return _finite(value) and value > 0
 
 
+def _non_negative(value) -> bool:
+  return _finite(value) and value >= 0
+
+
 def _unit_interval(value) -> bool:
   return _finite(value) and 0 <= value < 1
 
@@ -58,6 +62,26 @@ def positive_int_list(values: Optional[Sequence[str]]) -> bool:
   """Whether a list flag holds one or more positive integers."""
   return bool(values) and all(
       _is_int(v) and int(v) > 0 for v in values)
+
+
+def positive_float_list(values: Optional[Sequence[str]]) -> bool:
+  """Whether a list flag is unset or holds finite numbers > 0."""
+  if values is None:
+    return True
+
+  def ok(text):
+    try:
+      return math.isfinite(float(text)) and float(text) > 0
+    except ValueError:
+      return False
+
+  return bool(values) and all(ok(v) for v in values)
+
+
+def simulator_orders():
+  """The commit orders the simulated backend knows (its owner's list)."""
+  from agn_jax import simulator  # pylint: disable=g-import-not-at-top
+  return simulator.COMMIT_ORDERS
 
 
 # What each validated flag accepts, to complete absl's own parse errors
@@ -196,6 +220,40 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
        "How the run is run: processes (real processes and shared memory on "
        "this host, the reference), simulated (the workers in one "
        "deterministic program) or ray.")
+  # The simulated backend.
+  enum("commit_order", d.commit_order, list(simulator_orders()),
+       "Simulated backend: order of each round's commits: round_robin "
+       "(homogeneous workers; staleness n-1), random (a seeded permutation "
+       "each round) or speeds (heterogeneous workers, --worker_speeds).")
+  if "worker_speeds" not in skip:
+    flags.DEFINE_list("worker_speeds", None,
+                      "Simulated backend, --commit_order=speeds: each "
+                      "worker's speed factor, comma-separated (n values); "
+                      "default: a seeded log-normal spread "
+                      "(--speed_spread).", flag_values=flag_values)
+    _validate("worker_speeds", positive_float_list,
+              "a comma-separated list of finite numbers > 0",
+              flag_values)
+  floating("speed_spread", d.speed_spread,
+           "Simulated backend: sigma of the log-normal spread of worker "
+           "speeds when --worker_speeds is not given.", _non_negative,
+           "a finite number >= 0")
+  integer("workers_per_call", d.workers_per_call,
+          "Simulated backend: workers vmapped together in one call of the "
+          "window kernel; default: the platform's measured choice (1 on "
+          "CPU, all on GPU/TPU).", _optional(_positive),
+          "an integer >= 1 (or leave it unset)")
+  integer("eval_every_rounds", d.eval_every_rounds,
+          "Simulated backend: rounds between evaluations of the center; 0: "
+          "only the final one.", lambda v: v is not None and v >= 0,
+          "an integer >= 0")
+  # The ray backend.
+  if "ray_address" not in skip:
+    flags.DEFINE_string("ray_address", d.ray_address,
+                        "Ray backend: local (start a private Ray instance on "
+                        "this machine), auto (the cluster this machine is "
+                        "part of) or a cluster address host:port.",
+                        flag_values=flag_values)
   if "resume" not in skip:
     flags.DEFINE_bool("resume", d.resume,
                       "Continue the run found in --workdir.",
@@ -256,10 +314,13 @@ def exit_with_error(program: str, message: str, status: int = 1):
 
 def default_workdir(strategy: str, num_workers: int,
                     communication_window: int, root: str = "runs") -> str:
-  """`runs/<strategy>-n<N>-l<λ>-<timestamp>`."""
-  stamp = time.strftime("%Y%m%d-%H%M%S")
-  return os.path.join(
-      root, f"{strategy}-n{num_workers}-l{communication_window}-{stamp}")
+  """Creates and returns `runs/<strategy>-n<N>-l<λ>-<timestamp>-<pid>-<random>`.
+
+  Two runs started in the same second never share it.
+  """
+  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  return workdir_lib.unique_default_workdir(
+      root, f"{strategy}-n{num_workers}-l{communication_window}")
 
 
 def check_workdir(workdir: str, resume: bool) -> None:
@@ -271,7 +332,9 @@ def check_workdir(workdir: str, resume: bool) -> None:
   """
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise UsageError(f"--workdir={workdir} is a file, not a directory")
-  non_empty = os.path.isdir(workdir) and bool(os.listdir(workdir))
+  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  # A lock file alone (left by a killed run) is no run.
+  non_empty = os.path.isdir(workdir) and bool(workdir_lib.entries(workdir))
   if non_empty and not resume:
     raise UsageError(f"--workdir={workdir} already holds files; pass "
                      "--resume to continue that run or choose another "
@@ -302,6 +365,8 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
       values[name] = flag_values[name].value
   if "hidden_sizes" in values and "hidden_sizes" not in overrides:
     values["hidden_sizes"] = tuple(int(h) for h in values["hidden_sizes"])
+  if values.get("worker_speeds") and "worker_speeds" not in overrides:
+    values["worker_speeds"] = tuple(float(v) for v in values["worker_speeds"])
   config = config_lib.TrainConfig(**values)
   if not values.get("workdir"):
     config.workdir = default_workdir(config.strategy, config.num_workers,

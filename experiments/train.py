@@ -256,8 +256,9 @@ def remove_if_unstarted(workdir: str) -> None:
 
   So fixing the flag and running the same command again just works.
   """
+  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   try:
-    if set(os.listdir(workdir)) <= {"config.json"}:
+    if set(workdir_lib.entries(workdir)) <= {"config.json"}:
       shutil.rmtree(workdir)
   except OSError:
     pass
@@ -268,6 +269,8 @@ def main(argv):
   del argv  # parse_flags_or_exit has rejected positional arguments.
   command = ["python", "-m", "experiments.train"] + sys.argv[1:]
   try:
+    # Without --workdir, a fresh, uniquely named one is created here.
+    existed = bool(FLAGS.workdir) and os.path.exists(FLAGS.workdir)
     config = flags_lib.config_from_flags(FLAGS)
     flags_lib.check_workdir(config.workdir, config.resume)
     if config.resume:
@@ -275,8 +278,6 @@ def main(argv):
     build.check_strategy_settings(config)
   except (flags_lib.UsageError, ValueError) as e:
     flags_lib.exit_with_error(program, e, status=2)
-
-  existed = os.path.exists(config.workdir)
 
   with sigterm_as_interrupt():
     try:
@@ -288,6 +289,11 @@ def main(argv):
                                   status=EXIT_TERMINATED)
       flags_lib.exit_with_error(program, "interrupted; partial results in "
                                 f"{config.workdir}", status=EXIT_INTERRUPTED)
+    except runtime.NothingToDo as e:
+      print(f"{program}: {e}")
+      return
+    except runtime.WorkdirBusy as e:
+      flags_lib.exit_with_error(program, e)
     except (runtime.RunError, ValueError) as e:
       # ValueError: the runtime's checks of the config against the data
       # (e.g. too few examples for the workers) and DataError, its subclass.

@@ -81,6 +81,12 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
                                dataset.input_shape)
   layout = _child.param_layout(model, config, dataset.input_shape)
   strategy = build.build_strategy(config)
+  if config.resume:
+    # Before anything is written: the checkpoint's metadata, its run and its
+    # fit to this config (the arrays are checked when they are restored).
+    from agn_jax import checkpoint
+    checkpoint.validate_for_resume(config.workdir, config.to_dict(),
+                                   len(dataset.x_train), layout.metadata())
   return Plan(dataset, windows, n * windows, layout, len(strategy.payload))
 
 

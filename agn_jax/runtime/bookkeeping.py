@@ -55,12 +55,11 @@ def read_json(path: pathlib.Path) -> Optional[dict]:
 
 
 def write_json(path, obj):
-  """Writes `obj` as JSON atomically (a temporary file, then a rename)."""
-  tmp = pathlib.Path(str(path) + ".tmp")
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=2)
-    f.write("\n")
-  os.replace(tmp, path)
+  """Writes `obj` as JSON atomically (a temporary file, then a rename), following no symlink."""
+  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  path = pathlib.Path(path)
+  workdir_lib.write_atomic(str(path.parent), path.name,
+                           json.dumps(obj, indent=2) + "\n")
 
 
 def completed_summary(workdir) -> Optional[dict]:
@@ -150,7 +149,8 @@ class RunBook:
         if not 0 <= metrics_offset <= path.stat().st_size:
           raise resume_error(self.workdir, f"the checkpoint's metrics offset "
                              f"{metrics_offset} is outside metrics.jsonl")
-        os.truncate(path, metrics_offset)
+        with workdir_lib.safe_open(self.workdir, "metrics.jsonl", "r+b") as f:
+          f.truncate(metrics_offset)
       self._read_back(path)
       self.metrics_file = workdir_lib.safe_open(self.workdir, "metrics.jsonl",
                                                 "a")
@@ -175,6 +175,12 @@ class RunBook:
         if row.get("event") == "commit" and isinstance(
             row.get("staleness"), int):
           self.staleness.append(row["staleness"])
+
+  def save_center(self, center: np.ndarray) -> None:
+    """Writes the final center as `center.npy` (flat float32; load with `allow_pickle=False`)."""
+    from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    with workdir_lib.safe_open(self.workdir, "center.npy", "wb") as f:
+      np.save(f, center, allow_pickle=False)
 
   def metrics_position(self) -> int:
     """How far metrics.jsonl goes, with every event handled so far in it."""

@@ -159,6 +159,10 @@ def train(config: TrainConfig,
   try:
     if config.resume:
       _check_resume(config)
+    elif set(workdir_lib.entries(config.workdir)) & set(workdir_lib.RUN_ENTRIES):
+      raise workdir_lib.WorkdirError(
+          f"workdir {config.workdir} holds another run's results; resume it "
+          f"(--resume) or choose another workdir")
     book = RunBook(config, progress, config.backend)
     run = backend_lib.backend_class(config.backend)(config, book, **options)
     in_main_thread = threading.current_thread() is threading.main_thread()
@@ -178,8 +182,7 @@ def _execute(run: backend_lib.Backend, book: RunBook, dataset):
     run.prepare(dataset)
     book.timeline["prepared"] = time.time()
     run.run()
-    np.save(book.workdir / "center.npy", run.final_center(),
-            allow_pickle=False)
+    book.save_center(run.final_center())
     return book.write_summary(interrupted=False)
   except KeyboardInterrupt:
     # Let the workers commit their last window and the server write its

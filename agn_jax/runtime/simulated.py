@@ -1,0 +1,236 @@
+"""The simulated backend: n asynchronous workers in one deterministic program (`agn_jax.simulator`).
+
+This module only drives the engine round by round and hands what happens to
+the shared books, as events like the processes backend's: commits, rejected
+commits, evaluations of the center every `eval_every_rounds` rounds,
+checkpoints every `checkpoint_every_seconds` of wall time (and at the end,
+or on Ctrl-C / SIGTERM, between two rounds), each worker's end, the server's
+end. Rows carry `sim_time` (simulated seconds: local steps of a speed-1
+worker, see `agn_jax.simulator`) beside the wall-time fields.
+
+The same flags and seed give the same metrics.jsonl apart from the wall-time
+fields (`time`, `wall_time`, a checkpoint's `seconds`), provided checkpoints
+are taken only at the end (`checkpoint_every_seconds <= 0`): a periodic
+checkpoint's row lands wherever the wall clock puts it.
+"""
+
+import os
+import resource
+import signal
+import threading
+import time
+from typing import Optional
+
+import numpy as np
+
+from agn_jax.runtime import backend as backend_lib
+from agn_jax.runtime import events as ev
+from agn_jax.runtime.bookkeeping import RunError
+
+
+class _DeferredSignals:
+  """Ctrl-C and SIGTERM take effect between rounds, where the books and the state agree."""
+
+  def __init__(self):
+    self.received = None
+    self._saved = {}
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      for signum in (signal.SIGINT, signal.SIGTERM):
+        self._saved[signum] = signal.signal(signum, self._note)
+    return self
+
+  def _note(self, signum, frame):
+    del frame
+    if self.received is not None:  # A second one: stop waiting.
+      self.raise_received()
+    self.received = signum
+
+  def raise_received(self):
+    from agn_jax.runtime.launcher import Terminated  # pylint: disable=g-import-not-at-top
+    signum, self.received = self.received, None
+    if signum == signal.SIGTERM:
+      raise Terminated(f"received signal {signum}")
+    raise KeyboardInterrupt()
+
+  def __exit__(self, *exc):
+    for signum, handler in self._saved.items():
+      signal.signal(signum, handler)
+    self._saved = {}
+
+
+class SimulatedBackend(backend_lib.Backend):
+  """The workers vmapped in one jitted program per round, sharded over this host's devices.
+
+  Config fields it reads besides the run's: `commit_order`,
+  `worker_speeds` / `speed_spread`, `workers_per_call`, `eval_every_rounds`.
+  """
+
+  name = "simulated"
+
+  def __init__(self, config, book):
+    super().__init__(config, book)
+    self.sim = None
+    self.x_test = self.y_test = None
+    self.checkpointer = None
+    self.saved_step = None
+    self.stopped = False
+    self.finished = False
+
+  def prepare(self, dataset=None):
+    from agn_jax import simulator
+    config, book = self.config, self.book
+    plan = backend_lib.plan(config, dataset)
+    book.expected_commits = plan.expected_commits
+    book.windows_per_worker = plan.windows
+    speeds = config.worker_speeds
+    if config.commit_order == "speeds" and speeds is None:
+      speeds = config.speed_spread
+    if speeds is not None and config.commit_order != "speeds":
+      raise ValueError("--worker_speeds needs --commit_order=speeds")
+    if (isinstance(speeds, tuple) and len(speeds) != config.num_workers):
+      raise ValueError(f"--worker_speeds has {len(speeds)} values for "
+                       f"{config.num_workers} workers")
+    self.sim = simulator.Simulation(
+        config, plan.dataset, commit_order=config.commit_order,
+        worker_speeds=speeds, workers_per_call=config.workers_per_call)
+    self.layout = plan.layout
+    self.x_test, self.y_test = plan.dataset.x_test, plan.dataset.y_test
+    info = self.sim.info
+    book.extra_summary["simulation"] = info
+    book.extra_summary["platform"] = info.get("platform")
+    if config.resume:
+      self._restore()
+    else:
+      book.open()
+
+  def _checkpoint_dir(self):
+    return os.path.join(self.config.workdir, "checkpoints")
+
+  def _restore(self):
+    from agn_jax import checkpoint
+    from agn_jax.runtime.bookkeeping import resume_error
+    ckpt = checkpoint.restore(self._checkpoint_dir())
+    state = ckpt.meta.get("simulation")
+    if not isinstance(state, dict):
+      raise resume_error(self.config.workdir, "its checkpoint is not a "
+                         "simulated run's (resume it with its own --backend)")
+    try:
+      self.sim.restore({"arrays": ckpt.server_leaves, "meta": state})
+    except (ValueError, KeyError, TypeError) as e:
+      raise resume_error(self.config.workdir, str(e)) from None
+    self.saved_step = ckpt.step
+    self.book.handle(ev.Restored(ckpt.step, ckpt.meta.get("metrics_offset"),
+                                 int(ckpt.meta.get("rejected_commits", 0)),
+                                 list(ckpt.meta["worker_commits"])))
+    self.book.open(ckpt.meta.get("metrics_offset"))
+
+  # The run.
+
+  def run(self):
+    from agn_jax import checkpoint
+    config, book, sim = self.config, self.book, self.sim
+    self.checkpointer = checkpoint.Checkpointer(self._checkpoint_dir())
+    book.timeline["built"] = time.time()
+    book.start_training()
+    with _DeferredSignals() as signals:
+      self._evaluate(final=False)
+      period = config.checkpoint_every_seconds
+      saved_at = time.monotonic()
+      rounds = 0
+      while not sim.done:
+        if config.max_seconds and time.time() - book.t0 >= config.max_seconds:
+          break  # As the processes' stop: the workers' shares end here.
+        self._book_round(self._round())
+        rounds += 1
+        if config.eval_every_rounds and rounds % config.eval_every_rounds == 0:
+          self._evaluate(final=False)
+        if period and period > 0 and time.monotonic() - saved_at >= period:
+          self._save(final=False)
+          saved_at = time.monotonic()
+        if signals.received is not None:
+          signals.raise_received()
+      self._finish()
+
+  def _round(self):
+    from agn_jax import simulator
+    try:
+      return self.sim.run_round()
+    except simulator.Diverged as e:
+      self._book_round(e.records)
+      raise RunError(f"worker {e}") from None
+
+  def _book_round(self, records):
+    now = time.time()
+    for r in records:
+      sim_time = float(r.simulated_time)
+      if r.rejected:
+        self.book.handle(ev.Rejected(now, r.worker, r.clock, sim_time))
+      else:
+        self.book.handle(ev.Committed(now, r.worker, r.clock, r.staleness,
+                                      r.loss, r.accuracy, sim_time))
+
+  def _sim_time(self) -> float:
+    return float(self.sim.simulated_time)
+
+  def _evaluate(self, final: bool):
+    loss, accuracy = self.sim.evaluate(self.x_test, self.y_test)
+    self.book.handle(ev.Evaluated(time.time(), self.sim.clock, float(loss),
+                                  float(accuracy), final, self._sim_time()))
+
+  def _save(self, final: bool):
+    import jax
+    sim = self.sim
+    if self.saved_step == sim.clock and not final:
+      return
+    t0 = time.monotonic()
+    state = sim.state()
+    meta = state["meta"]
+    book_meta = {
+        "num_commits": sim.clock,
+        "rejected_commits": meta["rejected_commits"],
+        "worker_commits": list(meta["windows_done"]),
+        "metrics_offset": self.book.metrics_position(),
+        "config": self.config.to_dict(),
+        "layout": [[list(s), d] for s, d in self.layout.metadata()],
+        "time": time.time(),
+        "simulation": meta,
+    }
+    self.checkpointer.save(sim.clock, sim.center(),
+                           jax.tree.leaves(state["arrays"]), book_meta)
+    self.saved_step = sim.clock
+    self.book.handle(ev.CheckpointSaved(time.time(), sim.clock, final,
+                                        time.monotonic() - t0))
+
+  def _finish(self):
+    """The end of the shares (or of the time): as the processes' workers, server and evaluator end."""
+    if self.finished:
+      return
+    self.finished = True
+    config, sim = self.config, self.sim
+    meta = sim.state()["meta"]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    self.book.extra_summary["peak_rss_mb"] = peak
+    for k, windows in enumerate(meta["windows_done"]):
+      self.book.handle(ev.WorkerDone(
+          k, windows, windows * config.communication_window * config.batch_size,
+          {}))
+    self._save(final=True)
+    self.book.handle(ev.ServerDone(time.time(), sim.clock,
+                                   meta["rejected_commits"],
+                                   list(meta["windows_done"])))
+    self._evaluate(final=True)
+
+  def wind_down(self, seconds):
+    del seconds  # Between rounds everything is consistent at once.
+    if self.sim is not None and self.book.owns_files and self.checkpointer:
+      self._finish()
+
+  def final_center(self) -> Optional[np.ndarray]:
+    return self.sim.center()
+
+  def shutdown(self):
+    if self.checkpointer is not None:
+      self.checkpointer.close()
+      self.checkpointer = None
