@@ -30,7 +30,9 @@ class RunContext(NamedTuple):
     num_classes: of the dataset.
     input_shape: of one example.
     cache_dir: JAX's persistent compilation cache, shared by all processes.
-    parent_pid: the launcher; a child whose parent is gone exits.
+    parent_pid: the launcher; a child whose parent is gone exits. None
+      where the backend ties its parts' lives to the launcher itself (Ray
+      ends a driver's actors with it).
   """
   config: dict
   data: Any
@@ -41,7 +43,7 @@ class RunContext(NamedTuple):
   num_classes: int
   input_shape: Tuple[int, ...]
   cache_dir: Optional[str]
-  parent_pid: int
+  parent_pid: Optional[int]
 
 
 FLAG_NAMES = ("stop", "abort", "go", "compiled", "final")
@@ -93,7 +95,7 @@ def configure_jax(cache_dir: Optional[str]):
 
 def parent_alive(ctx: RunContext) -> bool:
   """False once the launcher is gone (re-parented), so no child is orphaned."""
-  return os.getppid() == ctx.parent_pid
+  return ctx.parent_pid is None or os.getppid() == ctx.parent_pid
 
 
 class Diverged(RuntimeError):

@@ -15,11 +15,22 @@ from agn_jax.runtime import events
 def evaluator_main(ctx: _child.RunContext, placement) -> None:
   """Entry point of the evaluator; the `final` flag means "evaluate now and exit"."""
   _child.enter(placement)
+  if not run_evaluator(ctx):
+    raise SystemExit(1)
+
+
+def run_evaluator(ctx: _child.RunContext) -> bool:
+  """Runs the evaluator loop in this process until the final evaluation (any backend).
+
+  Returns:
+    False after reporting a failure to the launcher.
+  """
   try:
     _evaluate_loop(ctx)
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, "evaluator", e)
-    raise SystemExit(1)
+    return False
+  return True
 
 
 def _evaluate_loop(ctx):

@@ -47,11 +47,28 @@ def server_main(ctx: _child.RunContext, placement, replies,
     resume: restore the newest checkpoint in `<workdir>/checkpoints` first.
   """
   _child.enter(placement)
+  if not serve(ctx, replies, resume):
+    raise SystemExit(1)
+
+
+def serve(ctx: _child.RunContext, replies, resume: bool = False) -> bool:
+  """Runs the server loop in this process until every worker is done (any backend).
+
+  Args:
+    ctx: the run's shared context.
+    replies: the launcher's answers to checkpoint requests (`poll(timeout)`
+      and `recv()`, as a `Connection` has them).
+    resume: restore the newest checkpoint in `<workdir>/checkpoints` first.
+
+  Returns:
+    False after reporting a failure to the launcher.
+  """
   try:
     _Server(ctx, replies).serve(resume)
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, "server", e)
-    raise SystemExit(1)
+    return False
+  return True
 
 
 class _Server:

@@ -134,11 +134,23 @@ def worker_main(ctx: _child.RunContext, index: int, placement, events,
   entered = time.time()
   _child.enter(placement)
   ctx = ctx._replace(events=_child.EventPipe(events))
+  if not run_worker(ctx, index, incarnation, entered):
+    raise SystemExit(1)
+
+
+def run_worker(ctx: _child.RunContext, index: int, incarnation: int = 0,
+               entered: Optional[float] = None) -> bool:
+  """Runs worker `index`'s loop in this process until its share is done (any backend).
+
+  Returns:
+    False after reporting a failure (or an abort) to the launcher.
+  """
   try:
-    _Worker(ctx, index, incarnation, entered).run()
+    _Worker(ctx, index, incarnation, entered or time.time()).run()
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, f"worker {index}", e)
-    raise SystemExit(1)
+    return False
+  return True
 
 
 class _Stopped(Exception):
