@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Shared set-up for demo.sh and test.sh: creates .venv if missing and installs requirements.txt.
-# Source it; it leaves the venv activated and the working directory at the repository root.
+# Shared set-up for demo.sh and test.sh: creates .venv if missing and installs
+# requirements.txt and requirements-ray.txt (the optional ray backend, so its
+# tests run too). Source it; it leaves the venv activated and the working
+# directory at the repository root.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -11,11 +13,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
+# One stamp over both files: a change to either reinstalls.
 stamp=".venv/.requirements.sha256"
-want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+want="$(cat requirements.txt requirements-ray.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "[setup] installing requirements.txt" >&2
-  python -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "[setup] installing requirements.txt and requirements-ray.txt" >&2
+  python -m pip install -q --disable-pip-version-check -r requirements.txt \
+    -r requirements-ray.txt
   echo "$want" > "$stamp"
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
