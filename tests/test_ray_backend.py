@@ -1,0 +1,224 @@
+"""The ray backend end to end, on a real local Ray instance: real actors, real signals.
+
+Digits with n = 3 reaches 0.90 while a worker actor's process is SIGKILLed
+and restarted; commits applied equal commits acknowledged; Ctrl-C ends a CLI
+run with its own Ray instance, leaving nothing running, and --resume
+continues it on Ray; a bad --ray_address is one line. One Ray instance
+serves the in-process runs of the module (`train()` keeps a connection it
+finds); the CLI runs start and stop their own.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import ray
+
+from agn_jax import TrainConfig, checkpoint, data
+from agn_jax.runtime import placement, train
+from agn_jax.runtime.ray_backend import check_address
+from helpers import assert_one_line_error, run_cli
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RAY_DAEMONS = ("raylet", "gcs_server")
+
+
+def _config(workdir, **overrides):
+  values = dict(backend="ray", strategy="agn", num_workers=3,
+                communication_window=10, dataset="digits",
+                hidden_sizes=(32,), batch_size=32, epochs=40.0,
+                learning_rate=3e-3, eval_every_seconds=0.0,
+                checkpoint_every_seconds=0.3, workdir=str(workdir))
+  values.update(overrides)
+  return TrainConfig(**values)
+
+
+def _events(workdir):
+  return [json.loads(line) for line in
+          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def _ray_daemons(root: psutil.Process):
+  return [p for p in root.children(recursive=True)
+          if any(d in " ".join(p.cmdline()) for d in RAY_DAEMONS)]
+
+
+def _wait_gone(pids, seconds=10.0):
+  """The pids still alive (zombies count as gone) after waiting up to `seconds`."""
+  deadline = time.monotonic() + seconds
+  while True:
+    alive = []
+    for pid in pids:
+      try:
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+          alive.append(pid)
+      except psutil.NoSuchProcess:
+        pass
+    if not alive or time.monotonic() > deadline:
+      return alive
+    time.sleep(0.1)
+
+
+def _actor_pids(workdir):
+  pids = json.loads((pathlib.Path(workdir) / "pids.json").read_text())
+  return [pids["server"], pids["evaluator"], *pids["workers"],
+          *pids["restarted_workers"]]
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+  """A local Ray instance for the module's in-process runs; stopped, and checked gone, at the end."""
+  shm_before = set(os.listdir("/dev/shm"))
+  old_term = signal.getsignal(signal.SIGTERM)
+  ray.init(num_cpus=len(placement.available_cores()), include_dashboard=False,
+           log_to_driver=False, configure_logging=False)
+  signal.signal(signal.SIGTERM, old_term)  # Ray's own would exit pytest.
+  try:
+    yield ray.get_runtime_context().gcs_address
+  finally:
+    ray.shutdown()
+  assert not _wait_gone([p.pid for p in _ray_daemons(psutil.Process())])
+  # Ray's object store maps unlinked files; our runs create no segment.
+  new = {n for n in set(os.listdir("/dev/shm")) - shm_before
+         if not n.startswith(("agn_", "sem.mp-"))}  # Other suites' runs.
+  assert not new, new
+
+
+@pytest.fixture(scope="module")
+def killed_run(ray_instance, tmp_path_factory):
+  """n = 3 on digits; worker 1's actor process is SIGKILLed after 30 commits."""
+  del ray_instance
+  workdir = tmp_path_factory.mktemp("killed") / "run"
+  killed = []
+
+  def kill_worker_1(event):
+    if event["event"] == "commit" and event["clock"] >= 30 and not killed:
+      pid = json.loads((workdir / "pids.json").read_text())["workers"][1]
+      os.kill(pid, signal.SIGKILL)
+      killed.append(pid)
+
+  summary = train(_config(workdir, max_worker_restarts=1),
+                  progress=kill_worker_1)
+  return summary, workdir, killed
+
+
+def test_digits_reaches_090_with_a_killed_worker_actor_restarted(killed_run):
+  summary, workdir, killed = killed_run
+  assert summary["backend"] == "ray"
+  assert summary["completed"] is True
+  assert summary["final_test_accuracy"] >= 0.90
+  assert killed
+  assert summary["worker_restarts"] == 1
+  restarts = [e for e in _events(workdir) if e["event"] == "worker_restart"]
+  assert [e["worker"] for e in restarts] == [1]
+  assert restarts[0]["cause"].startswith("actor process died"), restarts[0]
+  pids = json.loads((workdir / "pids.json").read_text())
+  assert pids["restarted_workers"] == killed
+  assert killed[0] not in pids["workers"]
+
+
+def test_commits_applied_equal_commits_acknowledged(killed_run):
+  summary, workdir, _ = killed_run
+  applied, rejected = summary["num_commits"], summary["rejected_commits"]
+  assert applied + rejected == summary["commits_acknowledged"]
+  assert applied + rejected == sum(summary["worker_commits"])
+  assert applied + rejected == summary["expected_commits"]
+  commits = [e for e in _events(workdir) if e["event"] == "commit"]
+  assert [e["clock"] for e in commits] == list(range(1, applied + 1))
+  ckpt = checkpoint.restore(str(workdir / "checkpoints"))
+  assert ckpt.step == applied
+
+
+def test_a_run_leaves_no_actor_running(killed_run):
+  _, workdir, _ = killed_run
+  assert not _wait_gone(_actor_pids(workdir))
+
+
+@pytest.fixture(scope="module")
+def interrupted(ray_instance, tmp_path_factory):
+  """A CLI run on its own local Ray instance, interrupted with SIGINT once it committed."""
+  del ray_instance
+  workdir = tmp_path_factory.mktemp("interrupted") / "run"
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", "--backend=ray",
+       "--num_workers=2", "--communication_window=10", "--dataset=digits",
+       "--hidden_sizes=32", "--batch_size=32", "--epochs=2000",
+       "--learning_rate=3e-3", "--eval_every_seconds=0",
+       "--checkpoint_every_seconds=0.5", f"--workdir={workdir}"],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 120
+    metrics = workdir / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text().count('"commit"') >= 20
+               and (workdir / "pids.json").exists()):
+      assert process.poll() is None, process.communicate()[1][-3000:]
+      assert time.monotonic() < deadline
+      time.sleep(0.05)
+    started = psutil.Process(process.pid).children(recursive=True)
+    assert _ray_daemons(psutil.Process(process.pid))  # Its own instance.
+    os.kill(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+  return workdir, process.returncode, stderr, [p.pid for p in started]
+
+
+def test_sigint_ends_the_run_and_its_ray_instance(interrupted):
+  workdir, code, stderr, started = interrupted
+  assert code == 130, stderr[-3000:]
+  # No event was lost to the interrupt.
+  commits = [e["clock"] for e in _events(workdir) if e["event"] == "commit"]
+  assert commits == list(range(1, len(commits) + 1))
+  assert "Traceback" not in stderr
+  assert stderr.strip().splitlines()[-1].startswith("train: error: interrupted")
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["interrupted"] is True and summary["backend"] == "ray"
+  final = [e for e in _events(workdir) if e["event"] == "checkpoint"][-1]
+  assert final["final"] is True and final["clock"] == summary["num_commits"]
+  # Every process it started, Ray's daemons and actors included, is gone.
+  assert not _wait_gone(started + _actor_pids(workdir))
+
+
+def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(interrupted[0], workdir)
+  ckpt = checkpoint.restore(str(workdir / "checkpoints"))
+  saved = json.loads((workdir / "config.json").read_text())
+  # 30 more windows per worker than the checkpoint holds.
+  windows = max(ckpt.meta["worker_commits"]) + 30
+  num_train = len(data.load("digits", seed=0).x_train)
+  epochs = windows * 10 * 32 * 2 / num_train + 1e-3
+  config = TrainConfig.from_dict(dict(saved, resume=True, epochs=epochs,
+                                     workdir=str(workdir)))
+  summary = train(config)
+  assert summary["resumed_from_commit"] == ckpt.step
+  assert summary["completed"] is True
+  assert summary["num_commits"] == summary["expected_commits"]
+  commits = [e for e in _events(workdir) if e["event"] == "commit"]
+  assert [e["clock"] for e in commits] == list(
+      range(1, summary["num_commits"] + 1))
+
+
+def test_bad_ray_address_is_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  result = run_cli("--backend=ray", "--ray_address=127.0.0.1:1",
+                   "--epochs=1", f"--workdir={workdir}", timeout=60)
+  line = assert_one_line_error(result)
+  assert "ray_address 127.0.0.1:1: no Ray cluster reachable there" in line
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize("address", ["nowhere", "host:port", "ray://h:10001",
+                                     ":6379", "h:70000"])
+def test_malformed_addresses_are_refused(address):
+  with pytest.raises(ValueError, match="ray_address"):
+    check_address(address)
