@@ -250,7 +250,7 @@ class Attacks:
     """sweep --resume resumes an interrupted run instead of keeping it"""
     from experiments import sweep  # pylint: disable=g-import-not-at-top
     sweep_dir = self.path("sweep3")
-    args = ["--num_workers=2", "--epochs=30", "--dataset=digits",
+    args = ["--num_workers=2", "--epochs=300", "--dataset=digits",
             "--eval_every_seconds=1", "--checkpoint_every_seconds=1",
             f"--sweep_dir={sweep_dir}"]
     proc = start("sweep", *args)
