@@ -92,9 +92,19 @@ class SimulatedBackend(backend_lib.Backend):
     if (isinstance(speeds, tuple) and len(speeds) != config.num_workers):
       raise ValueError(f"--worker_speeds has {len(speeds)} values for "
                        f"{config.num_workers} workers")
+    mesh = None
+    if config.platform:
+      import jax  # pylint: disable=g-import-not-at-top
+      try:
+        devices = jax.local_devices(backend=config.platform)
+      except RuntimeError:
+        raise ValueError(f"--platform={config.platform}: JAX finds no such "
+                         f"device on this host") from None
+      mesh = simulator.default_mesh(config.num_workers, devices)
     self.sim = simulator.Simulation(
         config, plan.dataset, commit_order=config.commit_order,
-        worker_speeds=speeds, workers_per_call=config.workers_per_call)
+        worker_speeds=speeds, workers_per_call=config.workers_per_call,
+        mesh=mesh)
     self.layout = plan.layout
     self.x_test, self.y_test = plan.dataset.x_test, plan.dataset.y_test
     info = self.sim.info
