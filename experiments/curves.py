@@ -19,6 +19,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from agn_jax import metrics
+from agn_jax.runtime import events as ev
 
 TRAIN_WINDOW_SECONDS = 5.0
 TIME_BASES = ("training", "wall", "simulated")
@@ -29,9 +30,12 @@ TIME_BASE_DESCRIPTIONS = {
     "simulated": "simulated seconds",
 }
 _TIME_FIELDS = ("time", "wall_time", "sim_time")
-_COMMIT_FIELDS = _TIME_FIELDS + ("worker", "clock", "staleness", "loss",
-                                 "accuracy")
-_EVAL_FIELDS = _TIME_FIELDS + ("clock", "loss", "accuracy")
+# The rows the curves read, and their numeric fields: those of the events
+# the runtime writes them from.
+_NUMERIC_FIELDS = {
+    ev.Committed.kind: _TIME_FIELDS + ev.Committed._fields,
+    ev.Evaluated.kind: _TIME_FIELDS + ("clock", "loss", "accuracy"),
+}
 _COLUMN = {"training": "time", "wall": "wall_time", "simulated": "sim_time"}
 
 
@@ -112,8 +116,8 @@ def read_events(path: str) -> List[dict]:
     if not isinstance(event, dict) or "event" not in event:
       raise RunDirError(f"{path}:{number}: malformed event (not an event "
                         "object)")
-    if event["event"] in ("commit", "eval"):
-      fields = _COMMIT_FIELDS if event["event"] == "commit" else _EVAL_FIELDS
+    fields = _NUMERIC_FIELDS.get(event["event"])
+    if fields is not None:
       if event.get("time") is None:
         raise RunDirError(f"{path}:{number}: malformed event (no time)")
       for field in fields:
@@ -137,8 +141,8 @@ def read_run(path: str) -> Run:
   if not os.path.isfile(metrics_path):
     raise RunDirError(f"{path}: not a run directory (no metrics.jsonl)")
   events = read_events(metrics_path)
-  commits = [e for e in events if e.get("event") == "commit"]
-  evals = [e for e in events if e.get("event") == "eval"]
+  commits = [e for e in events if e.get("event") == ev.Committed.kind]
+  evals = [e for e in events if e.get("event") == ev.Evaluated.kind]
   if not commits and not evals:
     raise RunDirError(f"{metrics_path}: holds no commit or eval events")
   return Run(path=path,
