@@ -33,7 +33,8 @@ _TIME_FIELDS = ("time", "wall_time", "sim_time")
 # The rows the curves read, and their numeric fields: those of the events
 # the runtime writes them from.
 _NUMERIC_FIELDS = {
-    ev.Committed.kind: _TIME_FIELDS + ev.Committed._fields,
+    ev.Committed.kind: _TIME_FIELDS + tuple(
+        f for f in ev.Committed._fields if f not in _TIME_FIELDS),
     ev.Evaluated.kind: _TIME_FIELDS + ("clock", "loss", "accuracy"),
 }
 _COLUMN = {"training": "time", "wall": "wall_time", "simulated": "sim_time"}
@@ -149,8 +150,8 @@ def read_run(path: str) -> Run:
              name=os.path.basename(os.path.normpath(path)),
              config=_read_json(os.path.join(path, "config.json")),
              summary=_read_json(os.path.join(path, "summary.json")),
-             commits=_columns(commits, _COMMIT_FIELDS),
-             evals=_columns(evals, _EVAL_FIELDS))
+             commits=_columns(commits, _NUMERIC_FIELDS[ev.Committed.kind]),
+             evals=_columns(evals, _NUMERIC_FIELDS[ev.Evaluated.kind]))
 
 
 def _all_finite(run: Run, field: str) -> bool:
