@@ -1138,7 +1138,9 @@ def main(argv):
   failures = []
   if not FLAGS.report_only:
     study.data["settings"] = wanted
-    study.data["command"] = command
+    # The command that made the study; a resumed one continues it.
+    study.data.setdefault("command", command)
+    command = study.data["command"]
     study.save()
     items = {int(i) for i in FLAGS.items}
     for s in all_sweeps:
