@@ -2,9 +2,12 @@
 
 Compares, in the same run with interleaved repetitions, the shared-memory
 transport, a pickled `multiprocess.Queue` round trip, and one in-process numpy
-memcpy of the same bytes. Prints one JSON object.
+memcpy of the same bytes; with --backend=ray also the Ray transport (a server
+actor on a private local Ray instance, this process the worker). Prints one
+JSON object.
 
   python scripts/bench_transport.py [--reps 30] [--num_params 4798010]
+      [--backend processes|ray]
 """
 
 import argparse
@@ -62,11 +65,48 @@ def _server(transport, requests, replies, reps):
     replies.put(center)
 
 
+class RayServer:
+  """The server side of the Ray round trip, as a Ray actor: the same steps as `_server`'s."""
+
+  def serve(self, transport, reps):
+    center = np.zeros(transport.num_params, np.float32)
+    transport.publish(center, 0)
+    for rep in range(reps):
+      commit = transport.next_commit(timeout=60)
+      np.copyto(center, commit.payload[0])
+      transport.publish(center, rep + 1)
+      transport.release(commit)
+    return reps
+
+
+def _ray_round_trip(transport, delta, pulled, rep):
+  """One commit + acknowledgement + pull through the Ray transport, as a worker does it."""
+  from agn_jax.runtime.transport import CommitMeta
+  t = time.perf_counter()
+  assert transport.commit((delta,), CommitMeta(0, rep, 0.0, 0.0, 0.0),
+                          timeout=60)
+  assert transport.wait_acknowledged(0, rep + 1, timeout=60)
+  transport.pull(pulled)
+  return time.perf_counter() - t
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--reps", type=int, default=30)
   parser.add_argument("--num_params", type=int, default=PAPER_PARAMS)
+  parser.add_argument("--backend", choices=("processes", "ray"),
+                      default="processes",
+                      help="ray: also measure the Ray transport")
   args = parser.parse_args()
+  ray_server = None
+  if args.backend == "ray":
+    import ray
+    ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    from agn_jax.runtime.ray_backend import RayTransport
+    ray_transport = RayTransport.create(args.num_params, 1, 1, 2)
+    ray_server = ray.remote(RayServer).options(num_cpus=0).remote()
+    ray_done = ray_server.serve.remote(ray_transport, args.reps + 1)
 
   import multiprocess
   from agn_jax.runtime.transport import CommitHeader, SharedMemoryTransport
@@ -81,8 +121,10 @@ def main():
   try:
     delta = np.random.default_rng(0).normal(size=p).astype(np.float32)
     pulled = np.empty(p, np.float32)
-    times = {"shm": [], "pickle": [], "memcpy": []}
+    times = {"shm": [], "pickle": [], "memcpy": [], "ray": []}
     transport.pull(pulled, timeout=60)
+    if ray_server is not None:
+      ray_transport.pull(pulled, timeout=60)
     for rep in range(args.reps + 1):  # Rep 0 warms up every path.
       t = time.perf_counter()
       slot = transport.acquire_slot(0, timeout=60)
@@ -102,12 +144,21 @@ def main():
       t = time.perf_counter()
       np.copyto(pulled, delta)
       memcpy_s = time.perf_counter() - t
+      if ray_server is not None:
+        ray_s = _ray_round_trip(ray_transport, delta, pulled, rep)
+        assert np.array_equal(pulled, delta)
+        if rep:
+          times["ray"].append(ray_s)
       if rep:
         times["shm"].append(shm_s)
         times["pickle"].append(pickle_s)
         times["memcpy"].append(memcpy_s)
     server.join(60)
+    if ray_server is not None:
+      ray.get(ray_done, timeout=60)
   finally:
+    if ray_server is not None:
+      ray.shutdown()
     if server.is_alive():
       server.terminate()
       server.join()
@@ -116,7 +167,12 @@ def main():
     for q in (requests, replies):
       q.cancel_join_thread()
 
-  ms = {k: 1000 * float(np.median(v)) for k, v in times.items()}
+  ms = {k: 1000 * float(np.median(v)) for k, v in times.items() if v}
+  extra = {}
+  if "ray" in ms:
+    extra = {"ray_roundtrip_ms": round(ms["ray"], 3),
+             "ray_over_shm": round(ms["ray"] / ms["shm"], 2),
+             "ray_targets": {"ray_over_shm": "<= 6"}}
   print(json.dumps({
       "benchmark": "transport_roundtrip",
       "num_params": p,
@@ -129,6 +185,7 @@ def main():
       "pickle_over_shm": round(ms["pickle"] / ms["shm"], 2),
       "shm_over_memcpy": round(ms["shm"] / ms["memcpy"], 2),
       "targets": {"pickle_over_shm": ">= 6", "shm_over_memcpy": "<= 5"},
+      **extra,
       "machine": machine(),
   }, indent=2))
 

@@ -205,9 +205,10 @@ class _Host:
       Ray assigned are known only here.
     nice: the process's niceness increment.
     platform: the worker's platform ("cpu" for the server and evaluator).
+    cpu_affinity: cores to pin the process's compute to, or None.
   """
 
-  def __init__(self, env, nice, platform):
+  def __init__(self, env, nice, platform, cpu_affinity=None):
     self.entered = time.time()
     try:
       # The driver coordinates Ctrl-C; an actor must not die of it alone.
@@ -217,6 +218,10 @@ class _Host:
     os.environ.update(env)
     if platform == "tpu":
       os.environ.update(_tpu_env(self._accelerator_ids("TPU")))
+    # Linux applies both to this thread; JAX's threads, started from it
+    # later, inherit them (Ray's own threads keep theirs).
+    if cpu_affinity:
+      os.sched_setaffinity(0, cpu_affinity)
     if nice:
       os.nice(nice)
 
@@ -312,6 +317,33 @@ class RayTransport(Transport):
     self._hub = hub
     self._unsent = None  # (payload, packed): a commit waiting for room.
     self._sent = None  # The result of the last call not waited for.
+
+  @classmethod
+  def create(cls, num_params: int, payload_size: int, num_workers: int,
+             capacity: int, **actor_options) -> "RayTransport":
+    """Starts the hub actor (Ray must be initialized); `close()` ends it.
+
+    Args:
+      num_params: length of the flat center.
+      payload_size: flat vectors per commit.
+      num_workers: how many workers may commit.
+      capacity: commits that may wait in the queue before `commit` waits.
+      **actor_options: Ray options of the hub actor (e.g. its node).
+    """
+    import ray  # pylint: disable=g-import-not-at-top
+    hub = ray.remote(_Hub).options(**actor_options).remote(num_workers,
+                                                           capacity)
+    return cls(hub, num_params, payload_size)
+
+  def close(self):
+    """Ends the hub actor (the creator only, once every part is done)."""
+    import ray  # pylint: disable=g-import-not-at-top
+    ray.kill(self._hub, no_restart=True)
+
+  @property
+  def hub(self):
+    """The hub actor's handle."""
+    return self._hub
 
   def __getstate__(self):
     return {"num_params": self.num_params, "payload_size": self.payload_size,
@@ -630,11 +662,12 @@ class RayBackend(backend_lib.Backend):
     slots = self.num_slots or min(n, MAX_SLOTS)
     book.extra_summary["num_slots"] = slots
 
-    self.hub = ray.remote(_Hub).options(**self.on_driver_node).remote(n, slots)
+    self.transport = RayTransport.create(plan.layout.num_params,
+                                         plan.payload_size, n, slots,
+                                         **self.on_driver_node)
+    self.hub = self.transport.hub
     self.mailbox = ray.remote(_Mailbox).options(
         max_concurrency=1, **self.on_driver_node).remote()
-    self.transport = RayTransport(self.hub, plan.layout.num_params,
-                                  plan.payload_size)
     self.flags = _Flags(self.hub)
     self.events = _Events(self.mailbox)
     data = (_DatasetByName(config) if dataset is None else _StoredDataset(
@@ -708,10 +741,10 @@ class RayBackend(backend_lib.Backend):
     return platform, dict(options, env=env, scheduling_strategy="SPREAD",
                           max_restarts=0)
 
-  def _host(self, role, env, nice, platform, **options):
+  def _host(self, role, env, nice, platform, cpu_affinity=None, **options):
     host = self.ray.remote(_Host).options(
-        name=None, runtime_env={"env_vars": dict(env)}, **options).remote(
-            env, nice, platform)
+        runtime_env={"env_vars": dict(env)}, **options).remote(
+            env, nice, platform, cpu_affinity)
     self.actors[role] = host
     self.pending_where[host.where.remote()] = role
     return host
@@ -719,8 +752,14 @@ class RayBackend(backend_lib.Backend):
   def _start_worker(self, w):
     options = dict(self.worker_options)
     env = options.pop("env")
+    affinity = None
+    if self.address == "local" and self.platform == "cpu":
+      # One machine, as with processes: each worker its own core(s).
+      affinity = placement_lib.worker_placement(
+          "cpu", w, self.config.num_workers,
+          cores=placement_lib.available_cores()).cpu_affinity
     host = self._host(f"worker {w}", env, placement_lib.WORKER_NICE,
-                      self.platform, **options)
+                      self.platform, affinity, **options)
     self.running[host.work.remote(self.ctx, w,
                                   self.incarnations.setdefault(w, 0))] = (
                                       f"worker {w}")
@@ -896,8 +935,9 @@ class RayBackend(backend_lib.Backend):
         # After a normal end everyone has left already; otherwise leave now.
         self.flags.set("stop")
         self.flags.set("abort")
-        ray.wait(list(self.running), num_returns=len(self.running),
-                 timeout=_GRACE_SECONDS)
+        if self.running:
+          ray.wait(list(self.running), num_returns=len(self.running),
+                   timeout=_GRACE_SECONDS)
       except ray.exceptions.RayError:
         pass
     actors = [a for a in [*self.actors.values(), *self.retired, self.hub,
@@ -913,8 +953,9 @@ class RayBackend(backend_lib.Backend):
     else:
       # A kill only starts the end; a call to a dead actor fails at once.
       try:
-        ray.wait([a.__ray_ready__.remote() for a in actors],
-                 num_returns=len(actors), timeout=_GRACE_SECONDS)
+        if actors:
+          ray.wait([a.__ray_ready__.remote() for a in actors],
+                   num_returns=len(actors), timeout=_GRACE_SECONDS)
       except ray.exceptions.RayError:
         pass
 
