@@ -31,6 +31,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +47,7 @@ from experiments import curves
 from experiments import flags as flags_lib
 from experiments import plots  # Sets matplotlib's Agg backend first.
 from experiments import sweep as sweep_lib
+from experiments import train as train_lib
 
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-order
 
@@ -290,6 +292,29 @@ def _calls(cells: Sequence[Tuple[int, int]], per_cell: bool
   return [list(cells)] if set(product) == set(cells) else [[c] for c in cells]
 
 
+def _call(argv: Sequence[str], out) -> int:
+  """Runs a sweep; on Ctrl-C or SIGTERM lets it stop cleanly, then returns its status.
+
+  Ctrl-C reaches the sweep directly (same process group); SIGTERM, which
+  `sigterm_as_interrupt` turns into an interrupt here, is passed on. The
+  sweep then checkpoints and exits 130 or 143.
+  """
+  process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+  try:
+    return process.wait()
+  except KeyboardInterrupt as e:
+    if train_lib.was_terminated(e):
+      process.send_signal(signal.SIGTERM)
+    while True:
+      try:
+        status = process.wait()
+        break
+      except KeyboardInterrupt:
+        continue  # A second Ctrl-C: the sweep is already stopping.
+    return status if status in (130, 143) else (
+        143 if train_lib.was_terminated(e) else 130)
+
+
 def run_sweep(s: Sweep, study: Study, design: Design, log) -> List[str]:
   """Runs the sweep's cells that have not completed through `experiments.sweep`.
 
@@ -321,7 +346,7 @@ def run_sweep(s: Sweep, study: Study, design: Design, log) -> List[str]:
     log(f"[item {s.item}] {s.name} {where}: {shown_command(argv)}")
     start = time.monotonic()
     with open(log_path, "a") as out:
-      status = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT)
+      status = _call(argv, out)
     study.add_seconds(s.name, time.monotonic() - start)
     _drop_checkpoints(sweep_dir)
     if status in (130, 143):
@@ -1143,9 +1168,16 @@ def main(argv):
     command = study.data["command"]
     study.save()
     items = {int(i) for i in FLAGS.items}
-    for s in all_sweeps:
-      if s.item in items:
-        failures += run_sweep(s, study, design, print)
+    try:
+      with train_lib.sigterm_as_interrupt():
+        for s in all_sweeps:
+          if s.item in items:
+            failures += run_sweep(s, study, design, print)
+    except KeyboardInterrupt as e:
+      terminated = train_lib.was_terminated(e)
+      flags_lib.exit_with_error(
+          program, f"{'terminated' if terminated else 'interrupted'}; rerun "
+          "with --resume to continue", status=143 if terminated else 130)
   ctx = Context(Results(study_dir, all_sweeps), design, study,
                 FLAGS.output_dir, {s.name: s for s in all_sweeps},
                 {s.name: train_size(s) for s in all_sweeps}, design.epochs,
