@@ -1,7 +1,7 @@
 """The ray backend end to end, on a real local Ray instance: real actors, real signals.
 
-Digits with n = 3 reaches 0.90 while a worker actor's process is SIGKILLed
-and restarted; commits applied equal commits acknowledged; Ctrl-C ends a CLI
+Digits with n = 3 reaches 0.90 while one worker actor raises and another's
+process is SIGKILLed, both restarted; commits applied equal commits acknowledged; Ctrl-C ends a CLI
 run with its own Ray instance, leaving nothing running, and --resume
 continues it on Ray; a bad --ray_address is one line. One Ray instance
 serves the in-process runs of the module (`train()` keeps a connection it
@@ -93,7 +93,7 @@ def ray_instance():
 
 @pytest.fixture(scope="module")
 def killed_run(ray_instance, tmp_path_factory):
-  """n = 3 on digits; worker 1's actor process is SIGKILLed after 30 commits."""
+  """n = 3 on digits; worker 0 raises at window 5; worker 1's actor process is SIGKILLed after 30 commits."""
   del ray_instance
   workdir = tmp_path_factory.mktemp("killed") / "run"
   killed = []
@@ -104,23 +104,30 @@ def killed_run(ray_instance, tmp_path_factory):
       os.kill(pid, signal.SIGKILL)
       killed.append(pid)
 
-  summary = train(_config(workdir, max_worker_restarts=1),
-                  progress=kill_worker_1)
+  os.environ["AGN_JAX_FAULT"] = "raise:worker=0:window=5"
+  try:
+    summary = train(_config(workdir, max_worker_restarts=2),
+                    progress=kill_worker_1)
+  finally:
+    del os.environ["AGN_JAX_FAULT"]
   return summary, workdir, killed
 
 
-def test_digits_reaches_090_with_a_killed_worker_actor_restarted(killed_run):
+def test_digits_reaches_090_with_failed_worker_actors_restarted(killed_run):
   summary, workdir, killed = killed_run
   assert summary["backend"] == "ray"
   assert summary["completed"] is True
   assert summary["final_test_accuracy"] >= 0.90
   assert killed
-  assert summary["worker_restarts"] == 1
+  assert summary["worker_restarts"] == 2
   restarts = [e for e in _events(workdir) if e["event"] == "worker_restart"]
-  assert [e["worker"] for e in restarts] == [1]
-  assert restarts[0]["cause"].startswith("actor process died"), restarts[0]
+  causes = {e["worker"]: e["cause"] for e in restarts}
+  assert sorted(causes) == [0, 1]
+  assert causes[0].startswith("failed: RuntimeError: injected fault"), causes
+  assert causes[1].startswith("actor process died"), causes
   pids = json.loads((workdir / "pids.json").read_text())
-  assert pids["restarted_workers"] == killed
+  assert len(pids["restarted_workers"]) == 2
+  assert killed[0] in pids["restarted_workers"]
   assert killed[0] not in pids["workers"]
 
 

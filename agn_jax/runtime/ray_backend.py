@@ -656,6 +656,7 @@ class RayBackend(backend_lib.Backend):
     self.on_driver_node = dict(scheduling_strategy=here, num_cpus=0,
                                max_restarts=0)
     n = config.num_workers
+    self.single_node = sum(node["Alive"] for node in ray.nodes()) == 1
     self.platform, self.worker_options = self._worker_resources(n)
     book.extra_summary["platform"] = self.platform
     book.extra_summary["ray_address"] = self.address
@@ -738,6 +739,9 @@ class RayBackend(backend_lib.Backend):
       if xla_flags:
         env["XLA_FLAGS"] = xla_flags
       options = dict(num_cpus=0, resources={"TPU": 1})
+    fault = os.environ.get("AGN_JAX_FAULT")
+    if fault:  # The test hook reaches the workers as with processes.
+      env = dict(env, AGN_JAX_FAULT=fault)
     return platform, dict(options, env=env, scheduling_strategy="SPREAD",
                           max_restarts=0)
 
@@ -753,7 +757,7 @@ class RayBackend(backend_lib.Backend):
     options = dict(self.worker_options)
     env = options.pop("env")
     affinity = None
-    if self.address == "local" and self.platform == "cpu":
+    if self.single_node and self.platform == "cpu":
       # One machine, as with processes: each worker its own core(s).
       affinity = placement_lib.worker_placement(
           "cpu", w, self.config.num_workers,
