@@ -55,6 +55,9 @@ class TrainConfig:
     max_seconds: stop the run after this much wall time (None: no limit).
     seed: seed of parameter init and data shuffling.
     workdir: where metrics, summary, plots and checkpoints go.
+    checkpoints: False writes no checkpoint at all (the run cannot be
+      resumed), e.g. for a study whose many runs need none: a simulated
+      run's checkpoint holds every worker's state.
     checkpoint_every_seconds: checkpoint period; 0 or less: only at the end
       (and on an interrupt).
     max_worker_restarts: how many worker restarts the whole run allows (all
@@ -101,6 +104,7 @@ class TrainConfig:
   seed: int = 0
   workdir: str = "runs/default"
   checkpoint_every_seconds: float = 60.0
+  checkpoints: bool = True
   max_worker_restarts: int = 3
   resume: bool = False
   backend: str = "processes"

@@ -211,6 +211,12 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
   floating("checkpoint_every_seconds", d.checkpoint_every_seconds,
            "Seconds between checkpoints; 0 or less: only at the end.",
            _finite, "a finite number (0 or less: only at the end)")
+  if "checkpoints" not in skip:
+    flags.DEFINE_bool("checkpoints", d.checkpoints,
+                      "Write checkpoints (--nocheckpoints: none at all, and "
+                      "the run cannot be resumed; a simulated run's "
+                      "checkpoint holds every worker's state).",
+                      flag_values=flag_values)
   integer("max_worker_restarts", d.max_worker_restarts,
           "How many times dead workers are restarted, in total over all "
           "workers of one run (or of one --resume session), before the run "

@@ -198,8 +198,9 @@ class _Server:
 
   def _save(self, center, state, final: bool):
     import jax
-    if self.clock == self.saved_step:
-      return  # Nothing new since that checkpoint.
+    if self.clock == self.saved_step or not self.ctx.config.get(
+        "checkpoints", True):
+      return  # Nothing new since that checkpoint, or no checkpoints wanted.
     t0 = time.monotonic()
     offset = self._metrics_offset()
     meta = {

@@ -192,7 +192,7 @@ class SimulatedBackend(backend_lib.Backend):
   def _save(self, final: bool):
     import jax
     sim = self.sim
-    if self.saved_step == sim.clock and not final:
+    if (self.saved_step == sim.clock and not final) or not self.config.checkpoints:
       return
     t0 = time.monotonic()
     state = sim.state()
