@@ -148,11 +148,12 @@ def test_a_run_leaves_no_actor_running(killed_run):
   assert not _wait_gone(_actor_pids(workdir))
 
 
-@pytest.fixture(scope="module")
-def interrupted(ray_instance, tmp_path_factory):
-  """A CLI run on its own local Ray instance, interrupted with SIGINT once it committed."""
-  del ray_instance
-  workdir = tmp_path_factory.mktemp("interrupted") / "run"
+def _interrupt(workdir, signum):
+  """Runs the CLI on its own local Ray instance; sends `signum` once it committed.
+
+  Returns:
+    (exit code, stderr, pids of every process it had started).
+  """
   process = subprocess.Popen(
       [sys.executable, "-m", "experiments.train", "--backend=ray",
        "--num_workers=2", "--communication_window=10", "--dataset=digits",
@@ -170,13 +171,21 @@ def interrupted(ray_instance, tmp_path_factory):
       time.sleep(0.05)
     started = psutil.Process(process.pid).children(recursive=True)
     assert _ray_daemons(psutil.Process(process.pid))  # Its own instance.
-    os.kill(process.pid, signal.SIGINT)
+    os.kill(process.pid, signum)
     _, stderr = process.communicate(timeout=60)
   finally:
     if process.poll() is None:
       process.kill()
       process.wait()
-  return workdir, process.returncode, stderr, [p.pid for p in started]
+  return process.returncode, stderr, [p.pid for p in started]
+
+
+@pytest.fixture(scope="module")
+def interrupted(ray_instance, tmp_path_factory):
+  """A CLI run on its own local Ray instance, interrupted with SIGINT once it committed."""
+  del ray_instance
+  workdir = tmp_path_factory.mktemp("interrupted") / "run"
+  return (workdir, *_interrupt(workdir, signal.SIGINT))
 
 
 def test_sigint_ends_the_run_and_its_ray_instance(interrupted):
@@ -213,6 +222,15 @@ def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
   commits = [e for e in _events(workdir) if e["event"] == "commit"]
   assert [e["clock"] for e in commits] == list(
       range(1, summary["num_commits"] + 1))
+
+
+def test_sigterm_ends_the_run_and_its_ray_instance(tmp_path):
+  workdir = tmp_path / "run"
+  code, stderr, started = _interrupt(workdir, signal.SIGTERM)
+  assert code == 143, stderr[stderr.find("Traceback"):][-8000:]
+  assert stderr.strip().splitlines()[-1].startswith("train: error: terminated")
+  assert json.loads((workdir / "summary.json").read_text())["interrupted"]
+  assert not _wait_gone(started + _actor_pids(workdir))
 
 
 def test_bad_ray_address_is_one_line(tmp_path):

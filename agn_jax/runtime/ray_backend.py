@@ -17,9 +17,11 @@ Example:
 """
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
+import threading
 import time
 from typing import Dict, List, Optional
 
@@ -30,6 +32,7 @@ from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import events as ev
 from agn_jax.runtime import placement as placement_lib
 from agn_jax.runtime.bookkeeping import RunError, write_json
+from agn_jax.runtime.launcher import Terminated
 from agn_jax.runtime.processes import MAX_SLOTS, cache_dir_default
 from agn_jax.runtime.transport import Commit, Transport
 
@@ -769,6 +772,10 @@ class RayBackend(backend_lib.Backend):
                                       f"worker {w}")
 
   def run(self):
+    with _sigterm_kept():
+      self._run()
+
+  def _run(self):
     host_env = placement_lib.host_placement(
         os.environ.get("XLA_FLAGS", "")).env
     server = self._host("server", host_env, 0, "cpu", **self.on_driver_node)
@@ -962,6 +969,36 @@ class RayBackend(backend_lib.Backend):
                    num_returns=len(actors), timeout=_GRACE_SECONDS)
       except ray.exceptions.RayError:
         pass
+
+
+@contextlib.contextmanager
+def _sigterm_kept():
+  """Keeps SIGTERM's `Terminated` what it is through Ray's calls.
+
+  An exception that a signal handler raises while the driver waits in
+  `ray.wait` or `ray.get` comes out of Ray as a plain KeyboardInterrupt, and
+  the CLI tells SIGTERM from Ctrl-C by the exception's class.
+  """
+  previous = signal.getsignal(signal.SIGTERM)
+  if (threading.current_thread() is not threading.main_thread() or
+      not callable(previous)):
+    yield
+    return
+  seen = []
+
+  def handler(signum, frame):
+    seen.append(signum)
+    previous(signum, frame)
+
+  signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  except KeyboardInterrupt as e:
+    if seen and not isinstance(e, Terminated):
+      raise Terminated(f"received signal {seen[0]}") from None
+    raise
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def _death(error) -> str:
