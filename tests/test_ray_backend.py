@@ -17,13 +17,16 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import psutil
 import pytest
 import ray
 
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import placement, train
-from agn_jax.runtime.ray_backend import check_address
+from agn_jax.runtime.events import WorkerDone
+from agn_jax.runtime.ray_backend import RayTransport, check_address
+from agn_jax.runtime.transport import CommitMeta
 from helpers import assert_one_line_error, run_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -247,3 +250,75 @@ def test_bad_ray_address_is_one_line(tmp_path):
 def test_malformed_addresses_are_refused(address):
   with pytest.raises(ValueError, match="ray_address"):
     check_address(address)
+
+
+def test_a_queued_commit_of_a_dead_worker_is_applied_whole_or_dropped(
+    ray_instance):
+  del ray_instance
+
+  class _Committer:  # Local: Ray ships it by value (tests/ is no package).
+    """A worker stand-in: commits one payload, then waits to be killed."""
+
+    def commit(self, transport, size):
+      payload = (np.ones(size, np.float32),)
+      return transport.commit(payload, CommitMeta(0, 0, 0.0, 0.0, 0.0), 10.0)
+
+  size = 100_000  # 400 kB: through the object store, owned by the committer.
+  transport = RayTransport.create(size, 1, num_workers=1, capacity=2)
+  committer = ray.remote(_Committer).options(num_cpus=0).remote()
+  try:
+    assert ray.get(committer.commit.remote(transport, size))
+    assert transport.in_flight(0)
+    ray.kill(committer, no_restart=True)  # Its payload dies with it.
+    while True:  # Until Ray knows the owner is dead (no payload comes back).
+      try:
+        ray.get(committer.__ray_ready__.remote())
+      except ray.exceptions.RayActorError:
+        break
+    # Whether Ray still holds the payload depends on when it learns of the
+    # death; either way the books agree with what the server did.
+    commit = transport.next_commit(timeout=0.5)
+    if commit is not None:
+      np.testing.assert_array_equal(commit.payload[0], 1.0)
+      transport.release(commit)
+    assert not transport.in_flight(0)
+    assert transport.acknowledged(0) == (commit is not None)
+  finally:
+    transport.close()
+
+
+def test_commits_come_out_in_arrival_order_with_backpressure(ray_instance):
+  del ray_instance
+  size = 50_000  # 200 kB: through the object store.
+  transport = RayTransport.create(size, 1, num_workers=2, capacity=2)
+
+  def meta(worker, clock):
+    return CommitMeta(worker, clock, 0.0, 0.0, 0.0)
+
+  try:
+    center = np.arange(size, dtype=np.float32)
+    transport.publish(center, clock=7)
+    out = np.empty(size, np.float32)
+    assert transport.pull(out, timeout=10) == 7
+    np.testing.assert_array_equal(out, center)
+    assert transport.commit((np.full(size, 1.0, np.float32),), meta(1, 7), 10)
+    assert transport.commit((np.full(size, 2.0, np.float32),), meta(0, 7), 10)
+    # The queue is full: no room within the timeout.
+    assert not transport.commit((np.full(size, 3.0, np.float32),), meta(1, 7),
+                                0.05)
+    transport.finish(WorkerDone(0, 1, 320, {}))
+    taken = []
+    for _ in range(2):
+      commit = transport.next_commit(timeout=10)
+      taken.append((commit.meta.worker, float(commit.payload[0][0])))
+      transport.release(commit)
+    assert taken == [(1, 1.0), (0, 2.0)]
+    # Worker 0's done comes after its commit; worker 1 commits again.
+    assert transport.next_commit(timeout=10) == WorkerDone(0, 1, 320, {})
+    assert transport.commit((np.full(size, 3.0, np.float32),), meta(1, 8), 10)
+    assert float(transport.next_commit(timeout=10).payload[0][0]) == 3.0
+    assert transport.wait_acknowledged(0, 1, timeout=10)
+    assert transport.acknowledged(1) == 1 and transport.in_flight(1)
+    assert transport.is_done(0) and not transport.is_done(1)
+  finally:
+    transport.close()

@@ -307,9 +307,9 @@ class RayTransport(Transport):
   * A commit is queued in one call to the hub, whole or not at all, so
     there is nothing half-written to reclaim. Its payload belongs to the
     worker that put it: if that worker dies before the server reads it, Ray
-    loses the payload and the server drops the commit unacknowledged, so
-    the restarted worker does that window again (applied + rejected still
-    equals the commits the workers made).
+    may have lost the payload with it, and then the server drops the commit
+    unacknowledged and the restarted worker does that window again. Either
+    way applied + rejected equals the commits the workers made.
 
   Picklable: it travels to every actor as the hub's handle and two numbers.
   """
@@ -633,7 +633,7 @@ class RayBackend(backend_lib.Backend):
     self.connected = False  # This run called ray.init (and shuts it down).
     self.hub = self.mailbox = None
     self.taken = 0  # Events taken from the mailbox so far.
-    self.transport = self.flags = self.ctx = None
+    self.transport = self.flags = self.events = self.ctx = None
     self.actors: Dict[str, object] = {}  # role -> actor handle
     self.running: Dict[object, str] = {}  # ObjectRef of a part's loop -> role
     self.where: Dict[str, dict] = {}  # role -> {"pid", "node"}
@@ -701,7 +701,9 @@ class RayBackend(backend_lib.Backend):
     except ConnectionError as e:
       raise ValueError(f"ray_address {self.address}: {e}") from None
     finally:
-      if old_term is not None:
+      # ray.init installs a SIGTERM handler that exits at once.
+      if (old_term is not None and
+          threading.current_thread() is threading.main_thread()):
         signal.signal(signal.SIGTERM, old_term)
     self.connected = True
 
