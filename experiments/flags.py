@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import sys
-import time
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from absl import flags

@@ -136,3 +136,30 @@ class Backend(abc.ABC):
   @abc.abstractmethod
   def shutdown(self) -> None:
     """Ends every part and frees every resource; safe to call twice."""
+
+
+class ServerBackend(Backend):
+  """A backend of separate parts (a server, workers, an evaluator) that talk through a `Transport`.
+
+  Subclasses set `transport` and `flags` (the run's stop/abort/go/compiled/
+  final flags) in `prepare` and supervise in `_supervise`; winding down and
+  reading the final center are then the same for all of them.
+  """
+
+  transport = None
+  flags = None
+
+  @abc.abstractmethod
+  def _supervise(self, deadline: Optional[float] = None) -> None:
+    """Handles events and exits until the final evaluation, or `deadline` (monotonic)."""
+
+  def wind_down(self, seconds):
+    import time  # pylint: disable=g-import-not-at-top
+    if self.flags is not None and self.book.owns_files:
+      self.flags.set("stop")  # Workers finish their window and report done.
+      self._supervise(deadline=time.monotonic() + seconds)
+
+  def final_center(self):
+    center = np.empty(self.transport.num_params, np.float32)
+    self.transport.pull(center)
+    return center

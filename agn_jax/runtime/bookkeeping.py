@@ -15,7 +15,6 @@ Time bases of a row:
 """
 
 import json
-import os
 import pathlib
 import time
 from typing import Callable, Dict, List, Optional

@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-import numpy as np
 
 from agn_jax.config import TrainConfig
 from agn_jax.runtime import backend as backend_lib
@@ -22,7 +21,6 @@ from agn_jax.runtime import placement as placement_lib
 from agn_jax.runtime import workdir as workdir_lib
 from agn_jax.runtime.bookkeeping import (NothingToDo, RunBook, RunError,
                                          completed_summary, resume_error)
-from agn_jax.runtime.processes import cache_dir_default
 
 Progress = Callable[[Dict[str, object]], None]
 

@@ -15,7 +15,6 @@ import threading
 import time
 from typing import Dict, Optional
 
-import numpy as np
 
 from agn_jax.runtime import _child
 from agn_jax.runtime import backend as backend_lib
@@ -68,7 +67,7 @@ def _cause(exitcode) -> str:
   return f"exited with code {exitcode}"
 
 
-class ProcessesBackend(backend_lib.Backend):
+class ProcessesBackend(backend_lib.ServerBackend):
   """Spawned processes on one host, shared memory between them.
 
   Options (keyword arguments of `train()`):
@@ -306,16 +305,6 @@ class ProcessesBackend(backend_lib.Backend):
       self._dispatch(event)
 
   # The end.
-
-  def wind_down(self, seconds):
-    if self.flags is not None and self.book.owns_files:
-      self.flags.set("stop")
-      self._supervise(deadline=time.monotonic() + seconds)
-
-  def final_center(self):
-    center = np.empty(self.transport.num_params, np.float32)
-    self.transport.pull(center)
-    return center
 
   def shutdown(self):
     if self.flags is not None:

@@ -595,7 +595,7 @@ def check_address(address: str) -> None:
                      f"({e.strerror or e})") from None
 
 
-class RayBackend(backend_lib.Backend):
+class RayBackend(backend_lib.ServerBackend):
   """Ray actors on one machine or a cluster: the hub, the server, n workers and the evaluator.
 
   Each worker's resources come from the platform (`config.platform`, or
@@ -927,16 +927,6 @@ class RayBackend(backend_lib.Backend):
     })
 
   # The end.
-
-  def wind_down(self, seconds):
-    if self.flags is not None and self.book.owns_files:
-      self.flags.set("stop")
-      self._supervise(deadline=time.monotonic() + seconds)
-
-  def final_center(self):
-    center = np.empty(self.transport.num_params, np.float32)
-    self.transport.pull(center)
-    return center
 
   def shutdown(self):
     if self.closed or self.ray is None:
