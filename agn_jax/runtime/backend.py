@@ -153,6 +153,27 @@ class ServerBackend(Backend):
   def _supervise(self, deadline: Optional[float] = None) -> None:
     """Handles events and exits until the final evaluation, or `deadline` (monotonic)."""
 
+  def _stop_after_max_seconds(self, timeout: float) -> float:
+    """Sets `stop` once `max_seconds` have passed; returns how long to wait at most."""
+    import time  # pylint: disable=g-import-not-at-top
+    config = self.config
+    if config.max_seconds and not self.flags.is_set("stop"):
+      remaining = config.max_seconds - (time.time() - self.book.t0)
+      if remaining <= 0:
+        self.flags.set("stop")  # Workers finish their window and report done.
+      timeout = max(0.0, min(timeout, remaining))
+    return timeout
+
+  def _advance(self) -> None:
+    """The start barrier once every worker is ready; `final` once the server is done."""
+    book = self.book
+    if (not self.flags.is_set("go") and
+        len(book.ready) == self.config.num_workers):
+      book.start_training()
+      self.flags.set("go")  # Every worker is compiled: training begins.
+    if book.server_done is not None and not self.flags.is_set("final"):
+      self.flags.set("final")  # The center is final: evaluate it once more.
+
   def wind_down(self, seconds):
     import time  # pylint: disable=g-import-not-at-top
     if self.flags is not None and self.book.owns_files:

@@ -206,7 +206,7 @@ class ProcessesBackend(backend_lib.ServerBackend):
     final checkpoint leads to the final evaluation.
     """
     from multiprocess import connection
-    config, book = self.config, self.book
+    book = self.book
     reader = self.events._reader  # pylint: disable=protected-access
     while book.final_eval is None:
       timeout = 0.5
@@ -214,11 +214,7 @@ class ProcessesBackend(backend_lib.ServerBackend):
         timeout = deadline - time.monotonic()
         if timeout <= 0:
           return
-      if config.max_seconds and not self.flags.is_set("stop"):
-        remaining = config.max_seconds - (time.time() - book.t0)
-        if remaining <= 0:
-          self.flags.set("stop")  # Workers finish their window and report done.
-        timeout = max(0.0, min(timeout, remaining))
+      timeout = self._stop_after_max_seconds(timeout)
       pipes = {r: w for w, r in self.worker_pipes.items()}
       ready = connection.wait([reader] + list(pipes) + list(self.live),
                               min(timeout, 0.5))
@@ -229,12 +225,7 @@ class ProcessesBackend(backend_lib.ServerBackend):
       for sentinel in ready:
         if sentinel in self.live:
           self._on_exit(self.live.pop(sentinel))
-      if (not self.flags.is_set("go") and
-          len(book.ready) == config.num_workers):
-        book.start_training()
-        self.flags.set("go")  # The start barrier: every worker is compiled.
-      if book.server_done is not None and not self.flags.is_set("final"):
-        self.flags.set("final")  # The center is final: evaluate it once more.
+      self._advance()
 
   def _dispatch(self, event):
     if isinstance(event, ev.CheckpointRequest):

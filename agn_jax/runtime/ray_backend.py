@@ -818,7 +818,7 @@ class RayBackend(backend_lib.ServerBackend):
 
   def _supervise(self, deadline: Optional[float] = None):
     """Handles events and ended loops until the final evaluation and every worker's end (or `deadline`)."""
-    config, book = self.config, self.book
+    book = self.book
     while book.final_eval is None or any(
         role.startswith("worker") for role in self.running.values()):
       timeout = _POLL_SECONDS
@@ -826,22 +826,13 @@ class RayBackend(backend_lib.ServerBackend):
         timeout = min(timeout, deadline - time.monotonic())
         if timeout <= 0:
           return
-      if config.max_seconds and not self.flags.is_set("stop"):
-        remaining = config.max_seconds - (time.time() - book.t0)
-        if remaining <= 0:
-          self.flags.set("stop")  # Workers finish their window and report done.
-        timeout = max(0.0, min(timeout, remaining))
+      timeout = self._stop_after_max_seconds(timeout)
       done = self._wait(timeout)
       self._drain()
       for ref in done:
         self._on_exit(self.running.pop(ref), ref)
       self._note_where()
-      if (not self.flags.is_set("go") and
-          len(book.ready) == config.num_workers):
-        book.start_training()
-        self.flags.set("go")  # The start barrier: every worker is compiled.
-      if book.server_done is not None and not self.flags.is_set("final"):
-        self.flags.set("final")  # The center is final: evaluate it once more.
+      self._advance()
 
   def _drain(self):
     for event in self.ray.get(self.mailbox.take.remote(self.taken)):
