@@ -540,6 +540,7 @@ class Simulation:
     self._workers = self._initial_workers(center)
     self._treedef = jax.tree.structure(self._arrays())
     self._round_fn = self._build_round(loss_fn)
+    self._restart_fn = self._build_restart()
 
     # Host-side progress.
     self._round = 0
@@ -573,6 +574,29 @@ class Simulation:
                    self.batch_size)
       samplers.append(sampler)
     return samplers
+
+  def _build_restart(self):
+    """`restart(workers, mask)`: the masked workers start afresh at their parameters.
+
+    After a round whose commit was rejected: the commit loop already set such
+    a worker's parameters (and every leaf it rewrites) to the center and its
+    fresh values; this resets the leaves it left untouched, so the worker is
+    `strategy.init_worker(center)` exactly, as a restarted process worker is.
+    """
+    init = jax.vmap(self.strategy.init_worker)
+
+    def restart(workers, mask):
+      fresh = init(workers.params)
+
+      def pick(new, old):
+        where = mask.reshape(mask.shape + (1,) * (old.ndim - 1))
+        return jnp.where(where, new, old)
+
+      params, opt_state = jax.tree.map(pick, fresh,
+                                       (workers.params, workers.opt_state))
+      return workers._replace(params=params, opt_state=opt_state)
+
+    return jax.jit(restart, donate_argnums=0, out_shardings=self._sharded)
 
   def _build_round(self, loss_fn):
     strategy = self.strategy
@@ -617,14 +641,25 @@ class Simulation:
           jax.tree.map(lambda a: a[local], workers), AXIS)
       return jax.tree.map(lambda a: a[worker // per_device], gathered)
 
-    def put(workers, worker, value):
-      if not sharded:
-        return jax.tree.map(lambda a, v: a.at[worker].set(v), workers, value)
-      mine = jax.lax.axis_index(AXIS) == worker // per_device
-      local = worker % per_device
-      return jax.tree.map(
-          lambda a, v: a.at[local].set(jnp.where(mine, v, a[local])), workers,
-          value)
+    def put(workers, worker, value, taken):
+      """Writes worker `worker`'s leaves of `value` that are not `taken`'s.
+
+      A leaf the commit and pull left as they were (the very array `take`
+      returned, e.g. AGN's delta) is not written back: XLA cannot order a
+      write into a stacked leaf after the other reads of it in the same
+      iteration, and copied the whole stacked leaf (n models) on every
+      commit when it was.
+      """
+      def write(a, v, t):
+        if v is t:
+          return a
+        if not sharded:
+          return a.at[worker].set(v)
+        mine = jax.lax.axis_index(AXIS) == worker // per_device
+        local = worker % per_device
+        return a.at[local].set(jnp.where(mine, v, a[local]))
+
+      return jax.tree.map(write, workers, value, taken)
 
     def select(pred, on_true, on_false):
       return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true,
@@ -652,12 +687,18 @@ class Simulation:
       if commit_then_pull:
         params, opt_state = strategy.pull_fn(params, opt_state, center)
       # A rejected worker starts afresh from the center, like a process
-      # worker: its optimizer state may be what diverged.
-      params, opt_state = select(finite, (params, opt_state),
-                                 strategy.init_worker(center))
-      w = _Workers(params, opt_state, center if keeps_pulled else None,
-                   server.clock)
-      workers = put(workers, worker, w)
+      # worker: its optimizer state may be what diverged. Here the leaves
+      # the commit and pull rewrite anyway (the parameters always) take
+      # their fresh values; `_restart` resets the rest after the round.
+      fresh_params, fresh_opt_state = strategy.init_worker(center)
+      params = jax.tree.map(lambda new, init: jnp.where(finite, new, init),
+                            params, fresh_params)
+      opt_state = jax.tree.map(
+          lambda new, old, init: new if new is old else jnp.where(
+              finite, new, init), opt_state, w.opt_state, fresh_opt_state)
+      w_new = _Workers(params, opt_state, center if keeps_pulled else None,
+                       server.clock)
+      workers = put(workers, worker, w_new, w)
       rec = dict(rec,
                  clock=rec["clock"].at[i].set(server.clock),
                  staleness=rec["staleness"].at[i].set(staleness),
@@ -741,6 +782,11 @@ class Simulation:
         jax.device_put(due, self._sharded), order, np.int32(len(plan)),
         self._x, self._y)
     clock, staleness, loss, accuracy, rejected = (np.asarray(a) for a in out)
+    if rejected[:len(plan)].any():
+      mask = np.zeros(n, bool)
+      mask[order[:len(plan)][rejected[:len(plan)]]] = True
+      self._workers = self._restart_fn(self._workers,
+                                       jax.device_put(mask, self._sharded))
     records = []
     for i, (k, time) in enumerate(plan):
       records.append(CommitRecord(

@@ -261,6 +261,37 @@ class RejectionTest(absltest.TestCase):
     self.assertEqual(records[-1].clock, 3)
     self.assertEqual(sim.state()["meta"]["rejected_commits"], 1)
 
+  def test_rejected_worker_state_is_a_fresh_start(self):
+    # Adam's moments and AGN's delta are leaves the commit and pull leave
+    # untouched; after a rejection they too must be a fresh start.
+    n = 2
+    x = np.random.default_rng(0).normal(size=(n * 8, ref.DIM)).astype(
+        np.float32)
+    start, _ = shard_bounds(len(x), n, 1)
+    first = BatchSampler(8, np.random.default_rng([0, 1])).take(2)
+    x[start + first[0]] = np.nan
+    strategy = get_strategy("agn", communication_window=2,
+                            inner=optax.adam(0.1), learning_rate=ref.LR)
+    sim = _quadratic_sim(strategy, n, x)
+    records = sim.run_round()
+    self.assertEqual([r.rejected for r in records], [False, True])
+    center = sim.center_tree()
+    w = sim.state()["arrays"]["workers"]
+    adam, _ = w.opt_state.inner_state
+    for key in center:
+      # Worker 1 (rejected): params and anchor at the center, moments zero.
+      np.testing.assert_array_equal(w.params[key][1], center[key])
+      np.testing.assert_array_equal(w.opt_state.anchor[key][1], center[key])
+      np.testing.assert_array_equal(adam.mu[key][1], 0)
+      np.testing.assert_array_equal(adam.nu[key][1], 0)
+      np.testing.assert_array_equal(w.opt_state.delta[key][1], 0)
+      # Worker 0 (applied) keeps its moments and its window's delta.
+      self.assertTrue(np.any(adam.mu[key][0] != 0))
+      self.assertTrue(np.any(w.opt_state.delta[key][0] != 0))
+    self.assertEqual(int(adam.count[1]), 0)
+    self.assertEqual(int(adam.count[0]), 2)
+    self.assertEqual(int(w.opt_state.count[1]), 0)
+
   def test_diverged(self):
     x = np.full((8, ref.DIM), np.nan, np.float32)
     sim = _quadratic_sim(_strategy("aeasgd", window=2), 1, x)
