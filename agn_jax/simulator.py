@@ -24,6 +24,10 @@ leading worker axis. One round is one jitted call:
    after their own commit and run `strategy.pull_fn` on it; pull-then-commit
    strategies (aeasgd, eamsgd) pull the center just before their commit,
    commit against it and keep their own parameters (so their staleness is 0).
+   The loop writes back only the leaves a commit and pull change (AGN's delta
+   and Adam's moments stay where they are; a rejected worker's are reset
+   after the round): written back, XLA copied those leaves of all n workers
+   on every commit, 11 % of the run at n = 40.
 
 A worker commits at most once per round, and its next window starts from the
 state its commit left, so any sequence of commits cut into rounds this way is

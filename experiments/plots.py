@@ -6,16 +6,22 @@ Everything draws with matplotlib's Agg backend, so it works without a display.
 import os
 from typing import Optional, Sequence
 
-# pylint: disable=wrong-import-position
-import matplotlib
-
-matplotlib.use("Agg")  # Before pyplot: no display needed.
-import matplotlib.pyplot as plt
 import numpy as np
 
 from agn_jax import metrics
 from experiments import curves
-# pylint: enable=wrong-import-position
+
+
+def pyplot():
+  """`matplotlib.pyplot` on the Agg backend, imported on first use.
+
+  Importing it costs a quarter of a second, which every command line that
+  only fails on a bad flag, and every test that runs one, would pay.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")  # Before pyplot: no display needed.
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
 
 
 def time_label(time_base: str) -> str:
@@ -29,7 +35,7 @@ def _save(fig, path: str) -> str:
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fig.savefig(path, dpi=120)
-  plt.close(fig)
+  pyplot().close(fig)
   return path
 
 
@@ -63,7 +69,7 @@ def plot_curves(run: curves.Run, path: str,
   time_base = curves.effective_time_base(
       run, time_base or curves.default_time_base([run]))
   window = window or plot_window(run, time_base=time_base)
-  fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+  fig, (ax_acc, ax_loss) = pyplot().subplots(1, 2, figsize=(11, 4))
   times, accuracies = curves.eval_curve(run, time_base)
   ax_acc.plot(times, accuracies, marker=".", color="C0", label="test (center)")
   times, accuracies = curves.train_curve(run, window, time_base)
@@ -127,7 +133,7 @@ def plot_staleness(run: curves.Run, path: str) -> Optional[str]:
   if not len(staleness):
     return None
   stats = metrics.staleness_stats(staleness.astype(np.int64))
-  fig, ax = plt.subplots(figsize=(6, 4))
+  fig, ax = pyplot().subplots(figsize=(6, 4))
   ax.bar(np.arange(len(stats["histogram"])), stats["histogram"], width=0.9)
   ax.axvline(stats["mean"], color="C3", linestyle="--",
              label=f"mean {stats['mean']:.2f}")
@@ -163,7 +169,7 @@ def plot_comparison(runs: Sequence[curves.Run], path: str,
   """
   names = names or curves.labels(runs)
   time_base = time_base or curves.default_time_base(runs)
-  fig, (ax_test, ax_train) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+  fig, (ax_test, ax_train) = pyplot().subplots(1, 2, figsize=(11, 4), sharey=True)
   for i, (name, run) in enumerate(zip(names, runs)):
     times, accuracies = curves.eval_curve(run, time_base)
     ax_test.plot(times, accuracies, color=f"C{i % 10}", marker=".",

@@ -45,11 +45,11 @@ from agn_jax import metrics
 from experiments import compare
 from experiments import curves
 from experiments import flags as flags_lib
-from experiments import plots  # Sets matplotlib's Agg backend first.
+from experiments import plots
 from experiments import sweep as sweep_lib
 from experiments import train as train_lib
 
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-order
+plt = plots.pyplot()  # The Agg backend; the report always draws.
 
 FLAGS = flags.FLAGS
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")

@@ -49,8 +49,14 @@ def _events(workdir):
 
 
 def _ray_daemons(root: psutil.Process):
-  return [p for p in root.children(recursive=True)
-          if any(d in " ".join(p.cmdline()) for d in RAY_DAEMONS)]
+  daemons = []
+  for p in root.children(recursive=True):
+    try:
+      if any(d in " ".join(p.cmdline()) for d in RAY_DAEMONS):
+        daemons.append(p)
+    except psutil.Error:  # Gone, or a zombie not yet reaped.
+      pass
+  return daemons
 
 
 def _wait_gone(pids, seconds=10.0):
@@ -151,8 +157,8 @@ def test_a_run_leaves_no_actor_running(killed_run):
   assert not _wait_gone(_actor_pids(workdir))
 
 
-def _interrupt(workdir, signum):
-  """Runs the CLI on its own local Ray instance; sends `signum` once it committed.
+def _interrupt(workdir, signum, address=None):
+  """Runs the CLI on its own local Ray instance (or on the cluster at `address`); sends `signum` once it committed.
 
   Returns:
     (exit code, stderr, pids of every process it had started).
@@ -162,7 +168,8 @@ def _interrupt(workdir, signum):
        "--num_workers=2", "--communication_window=10", "--dataset=digits",
        "--hidden_sizes=32", "--batch_size=32", "--epochs=2000",
        "--learning_rate=3e-3", "--eval_every_seconds=0",
-       "--checkpoint_every_seconds=0.5", f"--workdir={workdir}"],
+       "--checkpoint_every_seconds=0.5", f"--workdir={workdir}"] +
+      ([f"--ray_address={address}"] if address else []),
       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     deadline = time.monotonic() + 120
@@ -173,7 +180,8 @@ def _interrupt(workdir, signum):
       assert time.monotonic() < deadline
       time.sleep(0.05)
     started = psutil.Process(process.pid).children(recursive=True)
-    assert _ray_daemons(psutil.Process(process.pid))  # Its own instance.
+    # Its own instance, or none when it joined a running cluster.
+    assert bool(_ray_daemons(psutil.Process(process.pid))) == (not address)
     os.kill(process.pid, signum)
     _, stderr = process.communicate(timeout=60)
   finally:
@@ -227,13 +235,18 @@ def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
       range(1, summary["num_commits"] + 1))
 
 
-def test_sigterm_ends_the_run_and_its_ray_instance(tmp_path):
+def test_sigterm_on_a_running_cluster_ends_the_run_and_leaves_the_cluster(
+    ray_instance, tmp_path):
   workdir = tmp_path / "run"
-  code, stderr, started = _interrupt(workdir, signal.SIGTERM)
+  daemons = _ray_daemons(psutil.Process())
+  code, stderr, started = _interrupt(workdir, signal.SIGTERM, ray_instance)
   assert code == 143, stderr[stderr.find("Traceback"):][-8000:]
   assert stderr.strip().splitlines()[-1].startswith("train: error: terminated")
   assert json.loads((workdir / "summary.json").read_text())["interrupted"]
+  # The run's own actors are gone; the cluster it joined is not.
   assert not _wait_gone(started + _actor_pids(workdir))
+  assert daemons and all(p.is_running() for p in daemons)
+  assert ray.cluster_resources().get("CPU", 0) >= 1
 
 
 def test_bad_ray_address_is_one_line(tmp_path):
