@@ -814,6 +814,25 @@ class Simulation:
           f"the center (lower the learning rate?)", records)
     return records
 
+  def lower_round(self):
+    """The round's jitted program, lowered for this simulation's shapes.
+
+    For inspection, e.g. of the compiled HLO
+    (`sim.lower_round().compile().as_text()`) or its cost analysis; nothing
+    runs and the state is not touched.
+
+    Returns:
+      A `jax.stages.Lowered` of one round in which all n workers are due.
+    """
+    n = self.num_workers
+    indices = np.zeros((n, self.communication_window, self.batch_size),
+                       np.int32)
+    return self._round_fn.lower(
+        self._workers, self._center, self._server,
+        jax.device_put(indices, self._sharded),
+        jax.device_put(np.ones(n, bool), self._sharded),
+        np.arange(n, dtype=np.int32), np.int32(n), self._x, self._y)
+
   def __iter__(self) -> Iterator[List[CommitRecord]]:
     """Yields every remaining round's records until `done`."""
     while True:
