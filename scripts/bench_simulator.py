@@ -23,6 +23,13 @@ Prints one JSON object. Full run (minutes, on a quiet machine):
 
     python scripts/bench_simulator.py --rounds 3 --seconds 60 --compare_k 1,40
 
+The paper's headline configuration (n = 40, λ = 40, 40 epochs over 60,000
+MNIST-shaped training examples: 11 windows per worker), its time end to end
+(on a GPU host, add `--platform gpu`):
+
+    python scripts/bench_simulator.py --epochs 40 --size 75000 \
+        --skip_processes --seconds 10
+
 A quick check of the script itself:
 
     python scripts/bench_simulator.py --workers 4 --window 4 --batch 16 \
@@ -216,6 +223,12 @@ def main():
   parser.add_argument("--workers_per_call", type=int, default=None,
                       help="k of the main simulator run (default: the "
                       "platform's, as Simulation chooses it)")
+  parser.add_argument("--epochs", type=float, default=None,
+                      help="set --rounds to the whole windows per worker of "
+                      "this many epochs over the training split (40: the "
+                      "paper's headline run)")
+  parser.add_argument("--platform", default=None, choices=["cpu", "gpu", "tpu"],
+                      help="JAX platform (default: whatever JAX finds)")
   parser.add_argument("--compare_k", default="",
                       help="comma-separated k values to time the simulator "
                       "with, --compare_rounds rounds each")
@@ -233,14 +246,23 @@ def main():
     if getattr(args, name) < 1:
       parser.error(f"--{name} must be >= 1")
 
+  if args.epochs is not None and not args.epochs > 0:
+    parser.error("--epochs must be > 0")
+  if args.platform:
+    os.environ["JAX_PLATFORMS"] = args.platform
   import jax  # pylint: disable=g-import-not-at-top
   from agn_jax.data import load_synthetic  # pylint: disable=g-import-not-at-top
-  rounds = max(args.rounds, args.compare_rounds)
   # MNIST-sized by default: the windows come from epochs over it (as in the
   # paper's 40 epochs of 60,000), so the host holds 188 MB of data, not a
   # copy sized to the whole run.
   size = args.size or 60000
   dataset = load_synthetic(size=size, seed=0, dim=DIM)
+  if args.epochs is not None:
+    args.rounds = int(args.epochs * len(dataset.x_train) //
+                      (args.workers * args.window * args.batch))
+    if args.rounds < 1:
+      parser.error(f"--epochs {args.epochs} hold less than one window per "
+                   f"worker")
 
   kernel_runs = [run_window_kernel(args, dataset, args.seconds / 2)]
   big_batch = run_big_batch_step(args, dataset, args.seconds / 2)
@@ -271,7 +293,10 @@ def main():
       "num_workers": args.workers,
       "communication_window": args.window,
       "batch_size": args.batch,
-      "dataset": f"synthetic dim {DIM}, {size} examples",
+      "dataset": f"synthetic dim {DIM}, {size} examples "
+                 f"({len(dataset.x_train)} for training)",
+      "epochs": (args.rounds * args.workers * args.window * args.batch /
+                 len(dataset.x_train)),
       "workers_per_call": simulator["workers_per_call"],
       "simulator": simulator,
       "window_kernel": window_kernel,
