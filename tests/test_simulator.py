@@ -241,16 +241,21 @@ class CommitOrderTest(parameterized.TestCase):
     self.assertEqual(r1[0].worker, fastest)
 
 
+def _worker_1_diverges_first(n=2):
+  """Data (8 examples per worker) on which worker 1's first window turns NaN."""
+  x = np.random.default_rng(0).normal(size=(n * 8, ref.DIM)).astype(
+      np.float32)
+  start, _ = shard_bounds(len(x), n, 1)
+  first = BatchSampler(8, np.random.default_rng([0, 1])).take(2)
+  x[start + first[0]] = np.nan
+  return x
+
+
 class RejectionTest(absltest.TestCase):
 
   def test_non_finite_commit_is_rejected_and_worker_restarts(self):
-    n = 2
-    x = np.random.default_rng(0).normal(size=(n * 8, ref.DIM)).astype(
-        np.float32)
-    start, _ = shard_bounds(len(x), n, 1)
-    first = BatchSampler(8, np.random.default_rng([0, 1])).take(2)
-    x[start + first[0]] = np.nan  # Worker 1's first window diverges.
-    sim = _quadratic_sim(_strategy("agn", window=2), n, x)
+    sim = _quadratic_sim(_strategy("agn", window=2), 2,
+                         _worker_1_diverges_first())
     records = sim.run_round()
     self.assertEqual([r.rejected for r in records], [False, True])
     self.assertEqual([r.clock for r in records], [1, 1])
@@ -265,15 +270,9 @@ class RejectionTest(absltest.TestCase):
   def test_rejected_worker_state_is_a_fresh_start(self):
     # Adam's moments and AGN's delta are leaves the commit and pull leave
     # untouched; after a rejection they too must be a fresh start.
-    n = 2
-    x = np.random.default_rng(0).normal(size=(n * 8, ref.DIM)).astype(
-        np.float32)
-    start, _ = shard_bounds(len(x), n, 1)
-    first = BatchSampler(8, np.random.default_rng([0, 1])).take(2)
-    x[start + first[0]] = np.nan
     strategy = get_strategy("agn", communication_window=2,
                             inner=optax.adam(0.1), learning_rate=ref.LR)
-    sim = _quadratic_sim(strategy, n, x)
+    sim = _quadratic_sim(strategy, 2, _worker_1_diverges_first())
     records = sim.run_round()
     self.assertEqual([r.rejected for r in records], [False, True])
     center = sim.center_tree()
