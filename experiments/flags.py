@@ -7,6 +7,7 @@ with one line naming the flag and what it accepts, before any process starts.
 import dataclasses
 import json
 import math
+import logging as std_logging
 import os
 import re
 import shlex
@@ -283,6 +284,9 @@ def parse_flags_or_exit(argv: List[str],
     The remaining positional arguments, program name first.
   """
   program = os.path.splitext(os.path.basename(argv[0]))[0] if argv else ""
+  # absl shows INFO; JAX's own INFO lines (e.g. "Unable to initialize backend
+  # 'tpu'" on every machine without one) would precede a one-line error.
+  std_logging.getLogger("jax").setLevel(std_logging.WARNING)
   try:
     remaining = flag_values(argv)
   except flags.Error as e:

@@ -235,6 +235,30 @@ def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
       range(1, summary["num_commits"] + 1))
 
 
+def test_a_processes_run_continues_on_ray(ray_instance, tmp_path):
+  # The same checkpoint format: a run begun on one host's processes goes on
+  # as Ray actors (e.g. on a cluster), its clock and books continuing.
+  workdir = tmp_path / "run"
+  num_train = len(data.load("digits", seed=0).x_train)
+  epochs = lambda windows: windows * 10 * 32 * 2 / num_train + 1e-3
+  first = train(TrainConfig(
+      num_workers=2, communication_window=10, dataset="digits",
+      hidden_sizes=(32,), batch_size=32, learning_rate=3e-3,
+      epochs=epochs(40), eval_every_seconds=0, workdir=str(workdir)))
+  assert first["backend"] == "processes" and first["num_commits"] == 80
+  saved = json.loads((workdir / "config.json").read_text())
+  summary = train(TrainConfig.from_dict(dict(
+      saved, resume=True, epochs=epochs(100), backend="ray",
+      ray_address=ray_instance, workdir=str(workdir))))
+  assert summary["backend"] == "ray" and summary["completed"] is True
+  assert summary["resumed_from_commit"] == 80
+  assert summary["num_commits"] == summary["expected_commits"] == 200
+  commits = [e["clock"] for e in _events(workdir) if e["event"] == "commit"]
+  assert commits == list(range(1, 201))
+  assert summary["final_test_accuracy"] >= 0.8
+  assert not _wait_gone(_actor_pids(workdir))
+
+
 def test_sigterm_on_a_running_cluster_ends_the_run_and_leaves_the_cluster(
     ray_instance, tmp_path):
   workdir = tmp_path / "run"

@@ -254,6 +254,19 @@ def test_resume_with_a_different_model(interrupted, tmp_path):
   assert snapshot(workdir) == before
 
 
+def test_resume_on_the_simulated_backend_is_one_line(interrupted, tmp_path):
+  # A processes checkpoint holds no worker state; the simulator needs all.
+  workdir = tmp_path / "run"
+  shutil.copytree(interrupted[0], workdir)
+  before = snapshot(workdir)
+  result = run_cli("--backend=simulated", "--epochs=1000",
+                   f"--workdir={workdir}", "--resume")
+  line = assert_one_line_error(result)
+  assert result.returncode == 1
+  assert "not a simulated run's" in line and "--backend" in line
+  assert snapshot(workdir) == before
+
+
 def test_nothing_is_ever_loaded_with_pickle():
   """Files are read as JSON, orbax arrays or .npy with allow_pickle=False."""
   offenders = []
