@@ -211,6 +211,12 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
   floating("checkpoint_every_seconds", d.checkpoint_every_seconds,
            "Seconds between checkpoints; 0 or less: only at the end.",
            _finite, "a finite number (0 or less: only at the end)")
+  if "plots" not in skip:
+    flags.DEFINE_bool("plots", True,
+                      "Draw each run's curves.png and staleness.png "
+                      "(--noplots: skip them, e.g. for a sweep of many runs; "
+                      "metrics.jsonl holds everything they show).",
+                      flag_values=flag_values)
   if "checkpoints" not in skip:
     flags.DEFINE_bool("checkpoints", d.checkpoints,
                       "Write checkpoints (--nocheckpoints: none at all, and "

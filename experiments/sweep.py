@@ -675,7 +675,8 @@ def _run_cell(program, runtime, config, argv, update_report):
   with train_lib.sigterm_as_interrupt():
     try:
       _, rows = train_lib.train_and_report(config, runtime.train,
-                                           command=argv)
+                                           command=argv,
+                                           plots=FLAGS.plots)
       logging.info("%s: %s", config.workdir, rows)
       return None
     except runtime.NothingToDo as e:

@@ -200,25 +200,27 @@ def format_settings(config: TrainConfig) -> str:
   return f"{used.strategy}: " + " ".join(parts)
 
 
-def _write_results(config: TrainConfig,
-                   command: Optional[Sequence[str]]) -> Optional[compare.Run]:
-  """config.json, curves.png and staleness.png; the run as read back."""
+def _write_results(config: TrainConfig, command: Optional[Sequence[str]],
+                   plots: bool = True) -> Optional[compare.Run]:
+  """config.json, and curves.png and staleness.png with `plots`; the run as read back."""
   flags_lib.write_config(config, config.workdir, command)
   try:
     run = compare.read_run(config.workdir)
   except compare.RunDirError as e:
     logging.warning("no plots: %s", e)
     return None
-  from experiments import plots  # pylint: disable=g-import-not-at-top
-  for path in plots.plot_run(run):
-    logging.info("wrote %s", path)
+  if plots:
+    from experiments import plots as plots_lib  # pylint: disable=g-import-not-at-top
+    for path in plots_lib.plot_run(run):
+      logging.info("wrote %s", path)
   return run
 
 
 def train_and_report(config: TrainConfig,
                      train_fn: Optional[Callable[..., dict]] = None,
                      show_progress: bool = True,
-                     command: Optional[Sequence[str]] = None):
+                     command: Optional[Sequence[str]] = None,
+                     plots: bool = True):
   """Runs `runtime.train` with a progress bar, then writes config and plots.
 
   Args:
@@ -226,6 +228,7 @@ def train_and_report(config: TrainConfig,
     train_fn: the trainer (default `agn_jax.runtime.train`).
     show_progress: whether to draw the progress bar.
     command: the command line, recorded in config.json when given.
+    plots: whether to draw the run's curves.png and staleness.png.
 
   Returns:
     `(summary, rows)`: the runtime's summary dict and the end-of-run table.
@@ -241,13 +244,13 @@ def train_and_report(config: TrainConfig,
     summary = train_fn(config, progress=bar)
   except KeyboardInterrupt:
     bar.close()
-    _write_results(config, command)  # Partial results are results too.
+    _write_results(config, command, plots)  # Partial results are results too.
     raise
   except BaseException:
     bar.close()
     raise
   bar.close()
-  run = _write_results(config, command)
+  run = _write_results(config, command, plots)
   return summary, summarize(config, summary or {}, run)
 
 
@@ -281,7 +284,8 @@ def main(argv):
 
   with sigterm_as_interrupt():
     try:
-      _, rows = train_and_report(config, runtime.train, command=command)
+      _, rows = train_and_report(config, runtime.train, command=command,
+                                 plots=FLAGS.plots)
     except KeyboardInterrupt as e:
       if was_terminated(e):
         flags_lib.exit_with_error(program, "terminated (SIGTERM); partial "

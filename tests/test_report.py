@@ -117,6 +117,11 @@ def test_plots_exist_and_are_linked(study):
     path = os.path.join(output_dir, name)
     assert os.path.getsize(path) > 1000, name
     assert f"]({name})" in text
+  # report_quick.flags says --noplots: the runs draw none of their own.
+  study_dir = study[0]
+  run = sweep.run_dir(os.path.join(study_dir, "grid-mnist5k"), "agn", 2, 2)
+  assert os.path.isfile(os.path.join(run, "metrics.jsonl"))
+  assert not os.path.exists(os.path.join(run, "curves.png"))
 
 
 def test_completed_runs_drop_their_checkpoints(study):
