@@ -3,6 +3,7 @@
 Everything draws with matplotlib's Agg backend, so it works without a display.
 """
 
+import functools
 import os
 from typing import Optional, Sequence
 
@@ -12,8 +13,9 @@ from agn_jax import metrics
 from experiments import curves
 
 
+@functools.cache
 def pyplot():
-  """`matplotlib.pyplot` on the Agg backend, imported on first use.
+  """`matplotlib.pyplot` on the Agg backend, imported (and the backend set) on first use.
 
   Importing it costs a quarter of a second, which every command line that
   only fails on a bad flag, and every test that runs one, would pay.
@@ -169,7 +171,8 @@ def plot_comparison(runs: Sequence[curves.Run], path: str,
   """
   names = names or curves.labels(runs)
   time_base = time_base or curves.default_time_base(runs)
-  fig, (ax_test, ax_train) = pyplot().subplots(1, 2, figsize=(11, 4), sharey=True)
+  fig, (ax_test, ax_train) = pyplot().subplots(1, 2, figsize=(11, 4),
+                                               sharey=True)
   for i, (name, run) in enumerate(zip(names, runs)):
     times, accuracies = curves.eval_curve(run, time_base)
     ax_test.plot(times, accuracies, color=f"C{i % 10}", marker=".",
