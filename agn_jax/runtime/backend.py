@@ -8,11 +8,14 @@ picks one by name from `BACKENDS`. What every backend computes the same way
 
 import abc
 import importlib
+import time
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from agn_jax.config import TrainConfig
+from agn_jax.runtime import events as ev
+from agn_jax.runtime.bookkeeping import RunError
 
 # name -> "module:Class", imported on first use (Ray is an optional install).
 BACKENDS = {
@@ -142,12 +145,55 @@ class ServerBackend(Backend):
   """A backend of separate parts (a server, workers, an evaluator) that talk through a `Transport`.
 
   Subclasses set `transport` and `flags` (the run's stop/abort/go/compiled/
-  final flags) in `prepare` and supervise in `_supervise`; winding down and
+  final flags) in `prepare`, keep `incarnations` (worker -> restarts so far)
+  and supervise in `_supervise`; what a part's exit means, winding down and
   reading the final center are then the same for all of them.
   """
 
   transport = None
   flags = None
+  incarnations = None
+
+  def _check_exit(self, role: str, ok: bool, cause: str) -> None:
+    """The server or the evaluator left: fine once its work is done, else the run fails.
+
+    Raises:
+      RunError: `"{role} {cause}"`.
+    """
+    expected = ((role == "server" and self.book.server_done is not None) or
+                (role == "evaluator" and self.book.final_eval is not None))
+    if not (ok and expected):
+      raise RunError(f"{role} {cause}")
+
+  def _worker_exited(self, w: int, ok: bool, cause: str) -> bool:
+    """What worker `w`'s exit means; True when the backend must start it again.
+
+    Its share done, or all its commits in: nothing to redo. Winding down: no
+    restart, and the server is told it is done. Otherwise the books count a
+    restart (the run fails past its budget) with the error the worker
+    reported, else `cause`.
+    """
+    book, transport = self.book, self.transport
+    if ok and w in book.worker_done:
+      return False  # Its share is done.
+    error = book.take_worker_error(w)
+    if error:
+      cause = f"failed: {error}"
+    if transport.is_done(w):
+      return False  # It died after finishing its share: nothing to redo.
+    transport.reclaim(w)  # A commit it was writing; a queued one stays.
+    if self.flags.is_set("stop"):
+      # Winding down: no restart; the server must not wait for this worker.
+      acked = transport.acknowledged(w)
+      samples = acked * self.config.communication_window * self.config.batch_size
+      done = ev.WorkerDone(w, acked, samples, {})
+      transport.finish(done)
+      book.handle(done)
+      return False
+    book.worker_failed(w, cause, transport.acknowledged(w),
+                       self.incarnations[w] + 1)
+    self.incarnations[w] += 1
+    return True
 
   @abc.abstractmethod
   def _supervise(self, deadline: Optional[float] = None) -> None:
@@ -155,7 +201,6 @@ class ServerBackend(Backend):
 
   def _stop_after_max_seconds(self, timeout: float) -> float:
     """Sets `stop` once `max_seconds` have passed; returns how long to wait at most."""
-    import time  # pylint: disable=g-import-not-at-top
     config = self.config
     if config.max_seconds and not self.flags.is_set("stop"):
       remaining = config.max_seconds - (time.time() - self.book.t0)
@@ -175,7 +220,6 @@ class ServerBackend(Backend):
       self.flags.set("final")  # The center is final: evaluate it once more.
 
   def wind_down(self, seconds):
-    import time  # pylint: disable=g-import-not-at-top
     if self.flags is not None and self.book.owns_files:
       self.flags.set("stop")  # Workers finish their window and report done.
       self._supervise(deadline=time.monotonic() + seconds)

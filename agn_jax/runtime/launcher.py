@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-
 from agn_jax.config import TrainConfig
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import placement as placement_lib

@@ -15,7 +15,6 @@ import threading
 import time
 from typing import Dict, Optional
 
-
 from agn_jax.runtime import _child
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import events as ev
@@ -242,37 +241,15 @@ class ProcessesBackend(backend_lib.ServerBackend):
     code = process.exitcode
     if role.startswith("worker"):
       return self._on_worker_exit(int(role.split()[1]), code)
-    expected = ((role == "server" and self.book.server_done is not None) or
-                (role == "evaluator" and self.book.final_eval is not None))
-    if code == 0 and expected:
-      return
-    raise RunError(f"{role} {_cause(code)}")
+    self._check_exit(role, code == 0, _cause(code))
 
   def _on_worker_exit(self, w, code):
     """Restarts a dead worker with the rest of its share, within the run's budget."""
-    book = self.book
     self._drain_pipe(w, to_end=True)
-    if code == 0 and w in book.worker_done:
-      return  # Its share is done.
-    error = book.take_worker_error(w)
-    cause = f"failed: {error}" if error else _cause(code)
-    if self.transport.is_done(w):
-      return  # It died after finishing its share: nothing to redo.
-    self.transport.reclaim(w)  # A commit it was writing; a queued one stays.
-    if self.flags.is_set("stop"):
-      # Winding down: no restart; the server must not wait for this worker.
-      acked = self.transport.acknowledged(w)
-      samples = acked * self.config.communication_window * self.config.batch_size
-      done = ev.WorkerDone(w, acked, samples, {})
-      self.transport.finish(done)
-      book.handle(done)
-      return
-    book.worker_failed(w, cause, self.transport.acknowledged(w),
-                       self.incarnations[w] + 1)
-    self.incarnations[w] += 1
-    self.previous_pids.append(self.processes[f"worker {w}"].pid)
-    self._start_worker(w)
-    self._write_pids()
+    if self._worker_exited(w, code == 0, _cause(code)):
+      self.previous_pids.append(self.processes[f"worker {w}"].pid)
+      self._start_worker(w)
+      self._write_pids()
 
   def _drain_pipe(self, w, to_end=False):
     """Handles what worker `w` sent; closes its pipe at EOF."""

@@ -295,7 +295,6 @@ def _unpack(packed):
   return packed
 
 
-
 class RayTransport(Transport):
   """A `Transport` of Ray primitives: the object store for the bytes, the hub actor for the order.
 
@@ -852,34 +851,12 @@ class RayBackend(backend_lib.ServerBackend):
     self._drain()  # Its last words (an error report) come first.
     if role.startswith("worker"):
       return self._on_worker_exit(int(role.split()[1]), ok, cause)
-    expected = ((role == "server" and self.book.server_done is not None) or
-                (role == "evaluator" and self.book.final_eval is not None))
-    if ok and expected:
-      return
-    raise RunError(f"{role} {cause if not ok else 'exited early'}")
+    self._check_exit(role, ok, cause if not ok else "exited early")
 
   def _on_worker_exit(self, w, ok, cause):
     """Restarts a dead worker with the rest of its share, within the run's budget."""
-    book, transport = self.book, self.transport
-    if ok and w in book.worker_done:
-      return  # Its share is done.
-    error = book.take_worker_error(w)
-    if error:
-      cause = f"failed: {error}"
-    if transport.is_done(w):
-      return  # It died after finishing its share: nothing to redo.
-    transport.reclaim(w)
-    if self.flags.is_set("stop"):
-      # Winding down: no restart; the server must not wait for this worker.
-      acked = transport.acknowledged(w)
-      samples = acked * self.config.communication_window * self.config.batch_size
-      done = ev.WorkerDone(w, acked, samples, {})
-      transport.finish(done)
-      book.handle(done)
+    if not self._worker_exited(w, ok, cause):
       return
-    book.worker_failed(w, cause, transport.acknowledged(w),
-                       self.incarnations[w] + 1)
-    self.incarnations[w] += 1
     role = f"worker {w}"
     self.retired.append(self.actors.pop(role))
     if role in self.where:

@@ -192,7 +192,8 @@ class SimulatedBackend(backend_lib.Backend):
   def _save(self, final: bool):
     import jax
     sim = self.sim
-    if (self.saved_step == sim.clock and not final) or not self.config.checkpoints:
+    if not self.config.checkpoints or (self.saved_step == sim.clock and
+                                       not final):
       return
     t0 = time.monotonic()
     state = sim.state()
