@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -54,3 +55,37 @@ def snapshot(directory):
         files[os.path.relpath(path, directory)] = (f.read(),
                                                    os.stat(path).st_mtime_ns)
   return files
+
+
+def metrics_rows(workdir, kinds=None):
+  """The rows of `workdir`/metrics.jsonl, only those of `kinds` when given."""
+  rows = [json.loads(line) for line in
+          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+  return [r for r in rows if kinds is None or r["event"] in kinds]
+
+
+def train_with_two_failures(train, config):
+  """Trains `config` while worker 0 raises at window 5 and worker 1's process is SIGKILLed at commit 30.
+
+  Args:
+    train: `agn_jax.runtime.train`.
+    config: a `TrainConfig` that allows the two restarts.
+
+  Returns:
+    `(summary, killed)`: the run's summary and the pids SIGKILLed.
+  """
+  workdir = pathlib.Path(config.workdir)
+  killed = []
+
+  def kill_worker_1(event):
+    if event["event"] == "commit" and event["clock"] >= 30 and not killed:
+      pid = json.loads((workdir / "pids.json").read_text())["workers"][1]
+      os.kill(pid, signal.SIGKILL)
+      killed.append(pid)
+
+  os.environ["AGN_JAX_FAULT"] = "raise:worker=0:window=5"
+  try:
+    summary = train(config, progress=kill_worker_1)
+  finally:
+    del os.environ["AGN_JAX_FAULT"]
+  return summary, killed

@@ -1,14 +1,13 @@
 """End-to-end outcomes through real processes: recovery from rejected commits, honest failure,
 time bases, resuming a finished run, and the strategies other than AGN."""
 
-import json
 
 import numpy as np
 import pytest
 
 from agn_jax import TrainConfig
 from agn_jax.runtime import NothingToDo, RunError, train
-from helpers import assert_nothing_left, snapshot
+from helpers import assert_nothing_left, metrics_rows, snapshot
 
 
 def _config(tmp_path, **overrides):
@@ -18,11 +17,6 @@ def _config(tmp_path, **overrides):
                 checkpoint_every_seconds=0.0, workdir=str(tmp_path / "run"))
   values.update(overrides)
   return TrainConfig(**values)
-
-
-def _rows(workdir):
-  return [json.loads(line) for line in
-          (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("strategy", ["agn", "aeasgd"])
@@ -42,7 +36,7 @@ def test_a_worker_recovers_after_a_non_finite_window(tmp_path, monkeypatch,
   assert summary["num_commits"] == 2 * windows - 1
   assert summary["completed"] is True
   assert np.isfinite(summary["final_test_loss"])
-  rows = _rows(tmp_path / "run")
+  rows = metrics_rows(tmp_path / "run")
   rejected = [r for r in rows if r["event"] == "rejected"]
   assert [r["worker"] for r in rejected] == [1]
   later = [r for r in rows[rows.index(rejected[0]):]
@@ -63,7 +57,7 @@ def test_a_diverging_run_fails_with_one_line_naming_the_worker(tmp_path):
 
 def test_rows_are_timed_from_the_start_barrier(tmp_path):
   summary = train(_config(tmp_path))
-  rows = _rows(tmp_path / "run")
+  rows = metrics_rows(tmp_path / "run")
   ready = [r for r in rows if r["event"] == "worker_ready"]
   commits = [r for r in rows if r["event"] == "commit"]
   assert len(ready) == 2 and all(r["time"] <= 0 for r in ready)
@@ -101,7 +95,7 @@ def test_resume_of_a_finished_run(tmp_path):
   assert second["num_commits"] == second["expected_commits"]
   assert second["num_commits"] >= 2 * first["num_commits"]
   assert second["wall_seconds"] > first["wall_seconds"]
-  rows = _rows(workdir)
+  rows = metrics_rows(workdir)
   commits = [r for r in rows if r["event"] == "commit"]
   assert [r["clock"] for r in commits] == list(
       range(1, second["num_commits"] + 1))

@@ -27,7 +27,8 @@ from agn_jax.runtime import placement, train
 from agn_jax.runtime.events import WorkerDone
 from agn_jax.runtime.ray_backend import RayTransport, check_address
 from agn_jax.runtime.transport import CommitMeta
-from helpers import assert_one_line_error, run_cli
+from helpers import (assert_one_line_error, metrics_rows, run_cli,
+                     train_with_two_failures)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RAY_DAEMONS = ("raylet", "gcs_server")
@@ -41,11 +42,6 @@ def _config(workdir, **overrides):
                 checkpoint_every_seconds=0.3, workdir=str(workdir))
   values.update(overrides)
   return TrainConfig(**values)
-
-
-def _events(workdir):
-  return [json.loads(line) for line in
-          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def _ray_daemons(root: psutil.Process):
@@ -105,20 +101,8 @@ def killed_run(ray_instance, tmp_path_factory):
   """n = 3 on digits; worker 0 raises at window 5; worker 1's actor process is SIGKILLed after 30 commits."""
   del ray_instance
   workdir = tmp_path_factory.mktemp("killed") / "run"
-  killed = []
-
-  def kill_worker_1(event):
-    if event["event"] == "commit" and event["clock"] >= 30 and not killed:
-      pid = json.loads((workdir / "pids.json").read_text())["workers"][1]
-      os.kill(pid, signal.SIGKILL)
-      killed.append(pid)
-
-  os.environ["AGN_JAX_FAULT"] = "raise:worker=0:window=5"
-  try:
-    summary = train(_config(workdir, max_worker_restarts=2),
-                    progress=kill_worker_1)
-  finally:
-    del os.environ["AGN_JAX_FAULT"]
+  summary, killed = train_with_two_failures(
+      train, _config(workdir, max_worker_restarts=2))
   return summary, workdir, killed
 
 
@@ -129,7 +113,7 @@ def test_digits_reaches_090_with_failed_worker_actors_restarted(killed_run):
   assert summary["final_test_accuracy"] >= 0.90
   assert killed
   assert summary["worker_restarts"] == 2
-  restarts = [e for e in _events(workdir) if e["event"] == "worker_restart"]
+  restarts = [e for e in metrics_rows(workdir) if e["event"] == "worker_restart"]
   causes = {e["worker"]: e["cause"] for e in restarts}
   assert sorted(causes) == [0, 1]
   assert causes[0].startswith("failed: RuntimeError: injected fault"), causes
@@ -146,7 +130,7 @@ def test_commits_applied_equal_commits_acknowledged(killed_run):
   assert applied + rejected == summary["commits_acknowledged"]
   assert applied + rejected == sum(summary["worker_commits"])
   assert applied + rejected == summary["expected_commits"]
-  commits = [e for e in _events(workdir) if e["event"] == "commit"]
+  commits = [e for e in metrics_rows(workdir) if e["event"] == "commit"]
   assert [e["clock"] for e in commits] == list(range(1, applied + 1))
   ckpt = checkpoint.restore(str(workdir / "checkpoints"))
   assert ckpt.step == applied
@@ -203,13 +187,13 @@ def test_sigint_ends_the_run_and_its_ray_instance(interrupted):
   workdir, code, stderr, started = interrupted
   assert code == 130, stderr[stderr.find("Traceback"):][-8000:]
   # No event was lost to the interrupt.
-  commits = [e["clock"] for e in _events(workdir) if e["event"] == "commit"]
+  commits = [e["clock"] for e in metrics_rows(workdir) if e["event"] == "commit"]
   assert commits == list(range(1, len(commits) + 1))
   assert "Traceback" not in stderr
   assert stderr.strip().splitlines()[-1].startswith("train: error: interrupted")
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["interrupted"] is True and summary["backend"] == "ray"
-  final = [e for e in _events(workdir) if e["event"] == "checkpoint"][-1]
+  final = [e for e in metrics_rows(workdir) if e["event"] == "checkpoint"][-1]
   assert final["final"] is True and final["clock"] == summary["num_commits"]
   # Every process it started, Ray's daemons and actors included, is gone.
   assert not _wait_gone(started + _actor_pids(workdir))
@@ -230,7 +214,7 @@ def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
   assert summary["resumed_from_commit"] == ckpt.step
   assert summary["completed"] is True
   assert summary["num_commits"] == summary["expected_commits"]
-  commits = [e for e in _events(workdir) if e["event"] == "commit"]
+  commits = [e for e in metrics_rows(workdir) if e["event"] == "commit"]
   assert [e["clock"] for e in commits] == list(
       range(1, summary["num_commits"] + 1))
 
@@ -253,7 +237,7 @@ def test_a_processes_run_continues_on_ray(ray_instance, tmp_path):
   assert summary["backend"] == "ray" and summary["completed"] is True
   assert summary["resumed_from_commit"] == 80
   assert summary["num_commits"] == summary["expected_commits"] == 200
-  commits = [e["clock"] for e in _events(workdir) if e["event"] == "commit"]
+  commits = [e["clock"] for e in metrics_rows(workdir) if e["event"] == "commit"]
   assert commits == list(range(1, 201))
   assert summary["final_test_accuracy"] >= 0.8
   assert not _wait_gone(_actor_pids(workdir))

@@ -21,7 +21,8 @@ import pytest
 
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import RunError, train
-from helpers import assert_nothing_left, assert_one_line_error, run_cli, snapshot
+from helpers import (assert_nothing_left, assert_one_line_error,
+                     metrics_rows, run_cli, snapshot, train_with_two_failures)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -35,38 +36,20 @@ def _config(tmp_path, **overrides):
   return TrainConfig(**values)
 
 
-def _events(workdir):
-  return [json.loads(line) for line in
-          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.fixture(scope="module")
 def killed_run(tmp_path_factory):
   """Worker 0 raises at window 5; worker 1 is SIGKILLed after 30 commits."""
   tmp_path = tmp_path_factory.mktemp("killed")
-  workdir = tmp_path / "run"
-  killed = []
-
-  def kill_worker_1(event):
-    if event["event"] == "commit" and event["clock"] == 30 and not killed:
-      pid = json.loads((workdir / "pids.json").read_text())["workers"][1]
-      os.kill(pid, signal.SIGKILL)
-      killed.append(pid)
-
-  os.environ["AGN_JAX_FAULT"] = "raise:worker=0:window=5"
-  try:
-    summary = train(_config(tmp_path, max_worker_restarts=2),
-                    progress=kill_worker_1)
-  finally:
-    del os.environ["AGN_JAX_FAULT"]
-  return summary, workdir, killed
+  summary, killed = train_with_two_failures(
+      train, _config(tmp_path, max_worker_restarts=2))
+  return summary, tmp_path / "run", killed
 
 
 def test_dead_workers_are_restarted_and_the_run_completes(killed_run):
   summary, workdir, killed = killed_run
   assert killed
   assert summary["worker_restarts"] == 2
-  restarts = [e for e in _events(workdir) if e["event"] == "worker_restart"]
+  restarts = [e for e in metrics_rows(workdir) if e["event"] == "worker_restart"]
   assert sorted(e["worker"] for e in restarts) == [0, 1]
   causes = {e["worker"]: e["cause"] for e in restarts}
   assert causes[0].startswith("failed: RuntimeError: injected fault")
@@ -83,7 +66,7 @@ def test_commits_applied_equal_commits_made(killed_run):
   assert rejected == 0
   assert applied + rejected == summary["commits_acknowledged"]
   assert applied + rejected == sum(summary["worker_commits"])
-  commits = [e for e in _events(workdir) if e["event"] == "commit"]
+  commits = [e for e in metrics_rows(workdir) if e["event"] == "commit"]
   assert [c["clock"] for c in commits] == list(range(1, applied + 1))
   # Each restarted worker went on with the rest of its share, not all of it.
   assert summary["worker_commits"][0] == summary["worker_commits"][1]
@@ -92,7 +75,7 @@ def test_commits_applied_equal_commits_made(killed_run):
 
 def test_checkpoints_periodically_and_at_the_end(killed_run):
   summary, workdir, _ = killed_run
-  saved = [e for e in _events(workdir) if e["event"] == "checkpoint"]
+  saved = [e for e in metrics_rows(workdir) if e["event"] == "checkpoint"]
   assert [e["final"] for e in saved][-1] is True
   assert len(saved) >= 2 and not saved[0]["final"]
   assert saved[-1]["clock"] == summary["num_commits"]
@@ -118,7 +101,7 @@ def test_failures_past_the_restart_budget_end_the_run(tmp_path, monkeypatch):
   assert "\n" not in message
   assert message.startswith("worker 1 failed: RuntimeError: injected fault")
   assert message.endswith("no restarts left (--max_worker_restarts=1)")
-  restarts = [e for e in _events(tmp_path / "run")
+  restarts = [e for e in metrics_rows(tmp_path / "run")
               if e["event"] == "worker_restart"]
   assert len(restarts) == 1
   assert_nothing_left(tmp_path / "run")
@@ -165,13 +148,13 @@ def test_sigint_ends_the_cli_within_10_s_with_a_final_checkpoint(interrupted):
   # The interrupt, not the end of the data, stopped training: 1000 epochs
   # need more than 10 times the commits made (λ = 4, batch 32).
   total = 1000 * len(data.load("digits", seed=0).x_train) // (4 * 32)
-  commits = sum(e["event"] == "commit" for e in _events(workdir))
+  commits = sum(e["event"] == "commit" for e in metrics_rows(workdir))
   assert 40 <= commits < total / 10, (commits, total)
   assert "Traceback" not in stderr
   assert stderr.strip().splitlines()[-1].startswith("train: error: interrupted")
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["interrupted"] is True
-  final = [e for e in _events(workdir) if e["event"] == "checkpoint"][-1]
+  final = [e for e in metrics_rows(workdir) if e["event"] == "checkpoint"][-1]
   assert final["final"] is True
   ckpt = checkpoint.restore(str(workdir / "checkpoints"))
   assert ckpt.step == final["clock"] == summary["num_commits"]

@@ -2,7 +2,6 @@
 
 import json
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 
 from agn_jax import TrainConfig
 from agn_jax.runtime import train
-from helpers import REPO, assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, metrics_rows, run_cli
 
 # Fields that follow the wall clock; everything else must repeat exactly.
 WALL_FIELDS = ("time", "wall_time", "seconds")
@@ -26,12 +25,6 @@ def _config(tmp_path, name="run", **overrides):
                 backend="simulated", workdir=str(tmp_path / name))
   values.update(overrides)
   return TrainConfig(**values)
-
-
-def _rows(workdir, kinds=None):
-  rows = [json.loads(line) for line in
-          (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-  return [r for r in rows if kinds is None or r["event"] in kinds]
 
 
 def _without_wall(rows):
@@ -61,7 +54,7 @@ def test_learns_and_writes_the_processes_outputs(reference):
 
 def test_round_robin_staleness_is_n_minus_one_after_the_first_round(reference):
   _, workdir = reference
-  commits = _rows(workdir, {"commit"})
+  commits = metrics_rows(workdir, {"commit"})
   assert [c["staleness"] for c in commits[:4]] == [0, 1, 2, 3]
   assert {c["staleness"] for c in commits[4:]} == {3}
   assert [c["clock"] for c in commits] == list(range(1, len(commits) + 1))
@@ -72,7 +65,7 @@ def test_round_robin_staleness_is_n_minus_one_after_the_first_round(reference):
 
 def test_evaluations_every_k_rounds_and_at_the_end(reference):
   summary, workdir = reference
-  evals = _rows(workdir, {"eval"})
+  evals = metrics_rows(workdir, {"eval"})
   assert evals[0]["clock"] == 0 and evals[0]["sim_time"] == 0
   assert [e["clock"] for e in evals[1:-1]] == list(
       range(12, summary["num_commits"] + 1, 12))
@@ -83,8 +76,8 @@ def test_evaluations_every_k_rounds_and_at_the_end(reference):
 def test_same_flags_and_seed_give_the_same_metrics(tmp_path, reference):
   _, workdir = reference
   train(_config(tmp_path, name="again"))
-  assert _without_wall(_rows(workdir)) == _without_wall(
-      _rows(tmp_path / "again"))
+  assert _without_wall(metrics_rows(workdir)) == _without_wall(
+      metrics_rows(tmp_path / "again"))
   np.testing.assert_array_equal(np.load(workdir / "center.npy"),
                                 np.load(tmp_path / "again" / "center.npy"))
 
@@ -102,9 +95,9 @@ def test_resumed_run_continues_exactly(tmp_path, reference):
                                 np.load(tmp_path / "halves" / "center.npy"))
   # The same commits; only the share each session planned for differs.
   first_half = [dict(r, expected_commits=None) for r in _without_wall(
-      _rows(tmp_path / "halves", {"commit"}))]
+      metrics_rows(tmp_path / "halves", {"commit"}))]
   assert first_half == [dict(r, expected_commits=None) for r in
-                        _without_wall(_rows(workdir, {"commit"}))]
+                        _without_wall(metrics_rows(workdir, {"commit"}))]
 
 
 def test_one_worker_agrees_with_the_processes_backend(tmp_path):
@@ -124,7 +117,7 @@ def test_speeds_order_through_the_cli(tmp_path):
                    "--epochs=4", "--hidden_sizes=16", "--communication_window=5",
                    f"--workdir={tmp_path / 'speeds'}", timeout=300)
   assert result.returncode == 0, result.stderr
-  commits = _rows(tmp_path / "speeds", {"commit"})
+  commits = metrics_rows(tmp_path / "speeds", {"commit"})
   fast = [c for c in commits if c["worker"] == 0]
   slow = [c for c in commits if c["worker"] == 1]
   # Worker k's i-th commit is at i λ / s_k: until the fast one is done, the
@@ -157,14 +150,14 @@ def test_ctrl_c_checkpoints_between_rounds_and_resume_finishes(tmp_path):
   metrics = workdir / "metrics.jsonl"
   deadline = time.monotonic() + 120
   while time.monotonic() < deadline and not (
-      metrics.exists() and len(_rows(workdir, {"commit"})) >= 20):
+      metrics.exists() and len(metrics_rows(workdir, {"commit"})) >= 20):
     time.sleep(0.2)
   process.send_signal(signal.SIGINT)
   _, stderr = process.communicate(timeout=120)
   assert process.returncode == 130, stderr
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["interrupted"] is True and summary["completed"] is False
-  commits = _rows(workdir, {"commit"})
+  commits = metrics_rows(workdir, {"commit"})
   assert 20 <= len(commits) < summary["expected_commits"]
   assert summary["last_checkpoint"] == commits[-1]["clock"]
 
@@ -173,7 +166,7 @@ def test_ctrl_c_checkpoints_between_rounds_and_resume_finishes(tmp_path):
   assert result.returncode == 0, result.stderr
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["completed"] is True
-  commits = _rows(workdir, {"commit"})
+  commits = metrics_rows(workdir, {"commit"})
   assert [c["clock"] for c in commits] == list(
       range(1, summary["expected_commits"] + 1))
   assert not os.path.exists(workdir / ".lock")
