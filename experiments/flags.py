@@ -116,6 +116,11 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
       return
     flags.DEFINE_enum(name, default, values, help_, flag_values=flag_values)
 
+  def boolean(name, default, help_):
+    if name in skip:
+      return
+    flags.DEFINE_bool(name, default, help_, flag_values=flag_values)
+
   def integer(name, default, help_, check, accepts):
     if name in skip:
       return
@@ -211,18 +216,14 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
   floating("checkpoint_every_seconds", d.checkpoint_every_seconds,
            "Seconds between checkpoints; 0 or less: only at the end.",
            _finite, "a finite number (0 or less: only at the end)")
-  if "plots" not in skip:
-    flags.DEFINE_bool("plots", True,
-                      "Draw each run's curves.png and staleness.png "
-                      "(--noplots: skip them, e.g. for a sweep of many runs; "
-                      "metrics.jsonl holds everything they show).",
-                      flag_values=flag_values)
-  if "checkpoints" not in skip:
-    flags.DEFINE_bool("checkpoints", d.checkpoints,
-                      "Write checkpoints (--nocheckpoints: none at all, and "
-                      "the run cannot be resumed; a simulated run's "
-                      "checkpoint holds every worker's state).",
-                      flag_values=flag_values)
+  boolean("plots", True,
+          "Draw each run's curves.png and staleness.png (--noplots: skip "
+          "them, e.g. for a sweep of many runs; metrics.jsonl holds "
+          "everything they show).")
+  boolean("checkpoints", d.checkpoints,
+          "Write checkpoints (--nocheckpoints: none at all, and the run "
+          "cannot be resumed; a simulated run's checkpoint holds every "
+          "worker's state).")
   integer("max_worker_restarts", d.max_worker_restarts,
           "How many times dead workers are restarted, in total over all "
           "workers of one run (or of one --resume session), before the run "
@@ -266,10 +267,7 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
                         "this machine), auto (the cluster this machine is "
                         "part of) or a cluster address host:port.",
                         flag_values=flag_values)
-  if "resume" not in skip:
-    flags.DEFINE_bool("resume", d.resume,
-                      "Continue the run found in --workdir.",
-                      flag_values=flag_values)
+  boolean("resume", d.resume, "Continue the run found in --workdir.")
 
 
 def parse_flags_or_exit(argv: List[str],

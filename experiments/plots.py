@@ -33,10 +33,11 @@ def time_label(time_base: str) -> str:
           "simulated": "simulated time (s)"}[time_base]
 
 
-def _save(fig, path: str) -> str:
+def save(fig, path: str, dpi: int = 120) -> str:
+  """Writes `fig` to `path` (creating its folder), closes it; returns `path`."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  fig.savefig(path, dpi=120)
+  fig.savefig(path, dpi=dpi)
   pyplot().close(fig)
   return path
 
@@ -121,7 +122,7 @@ def plot_curves(run: curves.Run, path: str,
     title += f" (first commit at {commit_times[0]:.1f} s)"
   fig.suptitle(title)
   fig.tight_layout()
-  return _save(fig, path)
+  return save(fig, path)
 
 
 def plot_staleness(run: curves.Run, path: str) -> Optional[str]:
@@ -149,7 +150,7 @@ def plot_staleness(run: curves.Run, path: str) -> Optional[str]:
   ax.set_title(f"{run.name}: {stats['count']} commits")
   ax.legend()
   fig.tight_layout()
-  return _save(fig, path)
+  return save(fig, path)
 
 
 def plot_run(run: curves.Run) -> Sequence[str]:
@@ -188,4 +189,4 @@ def plot_comparison(runs: Sequence[curves.Run], path: str,
   ax_test.set_ylabel("accuracy")
   ax_test.legend(loc="lower right", fontsize="small")
   fig.tight_layout()
-  return _save(fig, path)
+  return save(fig, path)

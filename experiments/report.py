@@ -630,10 +630,7 @@ def sweep_axes(s: Sweep) -> Tuple[List[int], List[int]]:
 
 
 def _save(fig, path: str) -> str:
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  return plots.save(fig, path, dpi=100)
 
 
 def _figure(ctx: Context, name: str) -> str:
