@@ -25,7 +25,7 @@ def check_strategy_settings(config: TrainConfig) -> TrainConfig:
 
   Raises:
     ValueError: one line, for an unknown strategy or optimizer name, or a
-      setting the strategy cannot honour: eamsgd without momentum workers,
+      setting the strategy cannot honour: eamsgd without Nesterov workers,
       or a normalization other than the strategy's own for one that has none
       to choose (only agn and adag take one).
   """
@@ -39,9 +39,9 @@ def check_strategy_settings(config: TrainConfig) -> TrainConfig:
     raise ValueError(f"server_optimizer must be one of "
                      f"{', '.join(strategies.SERVER_OPTIMIZERS)}, got "
                      f"{config.server_optimizer!r}")
-  if name == "eamsgd" and config.worker_optimizer != "momentum":
-    raise ValueError("eamsgd is AEASGD with momentum workers: its "
-                     "worker_optimizer must be momentum, got "
+  if name == "eamsgd" and config.worker_optimizer != "nesterov":
+    raise ValueError("eamsgd is AEASGD with Nesterov momentum workers: its "
+                     "worker_optimizer must be nesterov, got "
                      f"{config.worker_optimizer!r}")
   if "normalization" in strategies.parameters(name):
     if config.normalization not in transform.NORMALIZATIONS:
@@ -80,7 +80,9 @@ def build_strategy(config: TrainConfig) -> strategies.Strategy:
                                            config.server_momentum)
   settings = dict(communication_window=config.communication_window,
                   inner=inner, learning_rate=config.learning_rate,
-                  rho=config.rho, momentum=config.momentum,
+                  rho=config.rho,
+                  elastic_learning_rate=config.elastic_learning_rate,
+                  momentum=config.momentum,
                   normalization=config.normalization,
                   server_optimizer=outer)
   return strategies.get_strategy(

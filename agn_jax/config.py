@@ -13,13 +13,15 @@ from typing import Optional, Tuple
 # The fields a per-strategy flagfile (`sweep --strategy_flagfile`) may set:
 # a strategy's own settings, never the data budget or the grid.
 STRATEGY_SETTINGS = ("worker_optimizer", "learning_rate", "momentum", "rho",
-                     "normalization", "server_optimizer",
-                     "server_learning_rate", "server_momentum")
+                     "elastic_learning_rate", "normalization",
+                     "server_optimizer", "server_learning_rate",
+                     "server_momentum")
 
 # What a strategy-specific field that is None and has no paper default for
 # the strategy becomes (e.g. the momentum of agn's optional momentum workers).
 GENERIC_DEFAULTS = {"worker_optimizer": "adam", "learning_rate": 1e-3,
-                    "momentum": 0.9, "rho": 5.0, "normalization": "none"}
+                    "momentum": 0.9, "rho": 5.0,
+                    "elastic_learning_rate": 0.01, "normalization": "none"}
 
 
 @dataclasses.dataclass
@@ -39,10 +41,14 @@ class TrainConfig:
     epochs: total epochs' worth of data, split equally over the workers.
     worker_optimizer: the local optimizer, one of
       `agn_jax.strategies.WORKER_OPTIMIZERS`; None: the strategy's paper
-      default (`agn_jax.strategies.paper_defaults`), as for the next four.
-    learning_rate: the local optimizer's learning rate `η`.
-    momentum: momentum of the `momentum` optimizer (and of eamsgd's workers).
-    rho: elasticity `ρ` of aeasgd/eamsgd (`α = ρ η`).
+      default (`agn_jax.strategies.paper_defaults`), as for the next five.
+    learning_rate: the local optimizer's learning rate.
+    momentum: momentum `δ` of the `momentum` and `nesterov` optimizers
+      (eamsgd's workers use `nesterov`).
+    rho: elasticity `ρ` of aeasgd/eamsgd: `α = ρ η` with `η` the next one.
+    elastic_learning_rate: the `η` of aeasgd/eamsgd's elastic coefficient
+      `α = ρ η`, its own setting: the thesis' AEASGD steps with Adam 1e-3
+      and pulls with `α = 5 · 0.01` (see `elastic_alpha`).
     normalization: what AGN divides the accumulated update by before it is
       committed: "window" (λ, the paper), "none" (DOWNPOUR's raw delta) or
       "l2" (its L2 norm); used by agn and adag.
@@ -67,12 +73,20 @@ class TrainConfig:
       "processes" (real processes and shared memory on one host, the
       reference), "simulated" (the workers vmapped in one deterministic
       program) or "ray" (actors on a Ray cluster).
-    commit_order: simulated backend: the order of each round's commits,
-      "round_robin" (homogeneous workers), "random" (a seeded permutation
-      each round) or "speeds" (heterogeneous workers, see `worker_speeds`).
-    worker_speeds: simulated backend, "speeds" order: each worker's speed
-      factor; None draws them from a seeded log-normal spread.
-    speed_spread: sigma of that log-normal spread.
+    cluster: simulated backend: the time model's cluster
+      (`agn_jax.cluster.CLUSTERS`): "none" (time counts local steps;
+      messages and the server are free), "this_host" (measured on this
+      machine) or "paper" (the thesis' 15 nodes).
+    speed_model: simulated backend: how fast each worker or window is
+      (`agn_jax.cluster.parse_speed_model`): "constant" (round robin,
+      staleness n − 1), "lognormal:SIGMA", "random:SIGMA",
+      "straggler:P:SLOWDOWN", "speeds:S0,S1,..." or "trace:RUN_DIR".
+    bandwidth_gbps: simulated backend: a message's bandwidth in Gb/s
+      (None: the cluster's).
+    latency_ms: simulated backend: a message's fixed cost in ms (None: the
+      cluster's).
+    server_apply_ms: simulated backend: the server's time per commit in ms
+      (None: the cluster's).
     workers_per_call: simulated backend: workers vmapped together in one
       call of the window kernel (None: the platform's measured default).
     eval_every_rounds: simulated backend: rounds between evaluations of the
@@ -94,6 +108,7 @@ class TrainConfig:
   learning_rate: Optional[float] = None
   momentum: Optional[float] = None
   rho: Optional[float] = None
+  elastic_learning_rate: Optional[float] = None
   normalization: Optional[str] = None
   server_optimizer: str = "none"
   server_learning_rate: float = 0.7
@@ -108,9 +123,11 @@ class TrainConfig:
   max_worker_restarts: int = 3
   resume: bool = False
   backend: str = "processes"
-  commit_order: str = "round_robin"
-  worker_speeds: Optional[Tuple[float, ...]] = None
-  speed_spread: float = 0.5
+  cluster: str = "none"
+  speed_model: str = "constant"
+  bandwidth_gbps: Optional[float] = None
+  latency_ms: Optional[float] = None
+  server_apply_ms: Optional[float] = None
   workers_per_call: Optional[int] = None
   eval_every_rounds: int = 10
   ray_address: str = "local"
@@ -118,18 +135,18 @@ class TrainConfig:
   def resolved(self) -> "TrainConfig":
     """A copy whose strategy-specific fields left at None hold the values used.
 
-    Each None among `worker_optimizer`, `learning_rate`, `momentum`, `rho`
-    and `normalization` takes the strategy's paper default
-    (`agn_jax.strategies.paper_defaults`), else `GENERIC_DEFAULTS`. Values
-    already set are kept, so resolving twice changes nothing.
+    Each None among `worker_optimizer`, `learning_rate`, `momentum`, `rho`,
+    `elastic_learning_rate` and `normalization` takes the strategy's paper
+    default (`agn_jax.strategies.paper_defaults`), else `GENERIC_DEFAULTS`.
+    Values already set are kept, so resolving twice changes nothing.
 
     Raises:
       ValueError: for a strategy not in the registry.
 
     Example:
       >>> c = TrainConfig(strategy="aeasgd", rho=2.0).resolved()
-      >>> c.worker_optimizer, c.learning_rate, c.rho
-      ('sgd', 0.01, 2.0)
+      >>> c.worker_optimizer, c.learning_rate, c.rho, c.elastic_learning_rate
+      ('adam', 0.001, 2.0, 0.01)
     """
     from agn_jax import strategies  # pylint: disable=g-import-not-at-top
     defaults = dict(GENERIC_DEFAULTS, **strategies.paper_defaults(
@@ -142,11 +159,35 @@ class TrainConfig:
     """Whether no strategy-specific field is left at None."""
     return all(getattr(self, name) is not None for name in GENERIC_DEFAULTS)
 
+  def elastic_alpha(self) -> Optional[float]:
+    """The elastic coefficient `α = ρ η` of aeasgd/eamsgd; None for the others.
+
+    None as well while `rho` or `elastic_learning_rate` is unset (see
+    `resolved`).
+
+    Example:
+      >>> round(TrainConfig(strategy="aeasgd").resolved().elastic_alpha(), 12)
+      0.05
+      >>> TrainConfig(strategy="agn").resolved().elastic_alpha() is None
+      True
+    """
+    from agn_jax import strategies  # pylint: disable=g-import-not-at-top
+    if (self.strategy not in strategies.available() or
+        "elastic_learning_rate" not in strategies.parameters(self.strategy) or
+        self.rho is None or self.elastic_learning_rate is None):
+      return None
+    return self.rho * self.elastic_learning_rate
+
+  def to_record(self):
+    """What config.json and summary.json hold: `to_dict()` and `elastic_alpha`.
+
+    `elastic_alpha` is derived, not a field: `from_dict` ignores it.
+    """
+    return dict(self.to_dict(), elastic_alpha=self.elastic_alpha())
+
   def to_dict(self):
     d = dataclasses.asdict(self)
     d["hidden_sizes"] = list(self.hidden_sizes)
-    if self.worker_speeds is not None:
-      d["worker_speeds"] = list(self.worker_speeds)
     return d
 
   @classmethod
@@ -155,6 +196,4 @@ class TrainConfig:
     d = {k: v for k, v in d.items() if k in known}
     if "hidden_sizes" in d:
       d["hidden_sizes"] = tuple(int(h) for h in d["hidden_sizes"])
-    if d.get("worker_speeds") is not None:
-      d["worker_speeds"] = tuple(float(s) for s in d["worker_speeds"])
     return cls(**d)

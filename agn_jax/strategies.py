@@ -1,7 +1,8 @@
-"""Every algorithm of the paper as a `Strategy`: worker transformation, server rule, protocol.
+"""Every algorithm of the paper as a `Strategy`: worker transformation, server rule, commit/pull half-steps.
 
-Pure and jittable; nothing here knows about processes. The runtime looks a
-strategy up by name in the registry and follows its protocol.
+Pure and jittable; nothing here knows about processes. Every backend looks a
+strategy up by name in the registry and only calls its half-steps
+(`Strategy.worker_commit`, `server_apply`, `worker_receive`).
 """
 
 import dataclasses
@@ -14,9 +15,7 @@ import optax
 
 from agn_jax import transform
 
-Commit = Dict[str, Any]  # "delta", plus "stale_center" for adag.
-COMMIT_THEN_PULL = "commit_then_pull"
-PULL_THEN_COMMIT = "pull_then_commit"
+Payload = Dict[str, Any]  # What a worker commits: "delta", plus "stale_center" for adag.
 
 
 class ServerState(NamedTuple):
@@ -36,38 +35,38 @@ class ServerRule(NamedTuple):
 
   Attributes:
     init: `init(center) -> ServerState`.
-    apply: `apply(center, commit, server_state, staleness) -> (center,
-      server_state)`; jittable; applies one commit.
+    apply: `apply(center, payload, server_state, staleness) -> (center,
+      server_state)`; jittable; applies one commit's payload.
   """
 
   init: Callable[[optax.Params], ServerState]
   apply: Callable[..., Tuple[optax.Params, ServerState]]
 
 
-# Increments: `(center, commit, staleness) -> what the commit adds to the center`.
+# Increments: `(center, payload, staleness) -> what the commit adds to the center`.
 
 
-def add_increment(center, commit, staleness):
+def add_increment(center, payload, staleness):
   """DOWNPOUR, AGN, AEASGD/EAMSGD: `θ̃ ← θ̃ + Δ`."""
   del center, staleness
-  return commit["delta"]
+  return payload["delta"]
 
 
-def dynsgd_increment(center, commit, staleness):
+def dynsgd_increment(center, payload, staleness):
   """DynSGD: `θ̃ ← θ̃ + Δ / (τ + 1)` with `τ` the commit's staleness."""
   del center
   scale = 1.0 / (jnp.asarray(staleness, jnp.float32) + 1.0)
-  return jax.tree.map(lambda d: (d * scale).astype(d.dtype), commit["delta"])
+  return jax.tree.map(lambda d: (d * scale).astype(d.dtype), payload["delta"])
 
 
 def adag_increment(learning_rate: float):
   """The thesis' element-wise rule: `θ̃ ← θ̃ + Δ ⊘ (η⁻¹ (θ̃ − θ̃_stale)² + 1)`."""
 
-  def increment(center, commit, staleness):
+  def increment(center, payload, staleness):
     del staleness
     return jax.tree.map(
         lambda c, d, s: (d / ((c - s)**2 / learning_rate + 1.0)).astype(d.dtype),
-        center, commit["delta"], commit["stale_center"])
+        center, payload["delta"], payload["stale_center"])
 
   return increment
 
@@ -82,7 +81,7 @@ def server_rule(increment: Callable[..., optax.Updates],
   moves the center; `optax.sgd(1.0)` therefore reproduces the plain rule.
 
   Args:
-    increment: `(center, commit, staleness) -> increment` pytree.
+    increment: `(center, payload, staleness) -> increment` pytree.
     outer: an optax transformation applied on the server, or None.
 
   Returns:
@@ -104,8 +103,8 @@ def server_rule(increment: Callable[..., optax.Updates],
         clock=jnp.zeros([], jnp.int32),
         outer_state=outer.init(center) if outer else optax.EmptyState())
 
-  def apply(center, commit, state, staleness):
-    inc = increment(center, commit, staleness)
+  def apply(center, payload, state, staleness):
+    inc = increment(center, payload, staleness)
     outer_state = state.outer_state
     if outer is not None:
       pseudo_grad = jax.tree.map(jnp.negative, inc)
@@ -116,7 +115,9 @@ def server_rule(increment: Callable[..., optax.Updates],
   return ServerRule(init, apply)
 
 
-# Worker-side protocol functions. All are `(params, opt_state, center) -> ...`.
+# A strategy's worker-side building blocks, all `(params, opt_state, center)
+# -> ...`: a `commit_fn` returns `(payload, params, opt_state)`, a `pull_fn`
+# `(params, opt_state)`.
 
 
 def delta_commit(params, opt_state, center):
@@ -127,8 +128,8 @@ def delta_commit(params, opt_state, center):
 
 def delta_and_center_commit(params, opt_state, center):
   """The thesis' element-wise rule also needs the center the worker pulled."""
-  commit, params, opt_state = delta_commit(params, opt_state, center)
-  return dict(commit, stale_center=center), params, opt_state
+  payload, params, opt_state = delta_commit(params, opt_state, center)
+  return dict(payload, stale_center=center), params, opt_state
 
 
 def reanchor_pull(params, opt_state, center):
@@ -137,15 +138,78 @@ def reanchor_pull(params, opt_state, center):
   return transform.reanchor(opt_state, center)
 
 
-def elastic_commit(alpha: float):
-  """AEASGD/EAMSGD: `E = α (θ_k − θ̃)`, `θ_k ← θ_k − E`, commit `E`."""
+def elastic_commit(alpha: float,
+                   anchor: Optional[Callable[[Any, Any], Any]] = None):
+  """AEASGD/EAMSGD: `E = α (x_k − θ̃)`, `θ_k ← θ_k − E`, commit `E`.
+
+  Args:
+    alpha: the elastic coefficient `α = ρη`.
+    anchor: `(params, opt_state) -> x_k`, the point the elastic force pulls
+      on, where the worker holds a look-ahead of it rather than the point
+      itself (EAMSGD's Nesterov steps, `nesterov_anchor`); None: `x_k` is
+      the worker's parameters. Either way the force moves both by `−E`.
+
+  Returns:
+    A `commit_fn`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from agn_jax.strategies import elastic_commit
+    >>> payload, params, _ = elastic_commit(0.05)(jnp.asarray([2.0]), None,
+    ...                                           jnp.asarray([0.0]))
+    >>> payload["delta"], params
+    (Array([0.1], dtype=float32), Array([1.9], dtype=float32))
+  """
 
   def commit(params, opt_state, center):
-    elastic = jax.tree.map(lambda p, c: alpha * (p - c), params, center)
+    x = params if anchor is None else anchor(params, opt_state)
+    elastic = jax.tree.map(lambda p, c: alpha * (p - c), x, center)
     params = jax.tree.map(lambda p, e: p - e, params, elastic)
     return {"delta": elastic}, params, opt_state
 
   return commit
+
+
+def nesterov_anchor(learning_rate: float, momentum: float):
+  """Zhang et al.'s iterate `x = y − δv` of a worker that holds the look-ahead `y`.
+
+  EAMSGD's local step (Zhang et al. 2015, Algorithm 2) is Nesterov momentum
+  on `x`: `v ← δv − η ∇f(x + δv)`, `x ← x + v`. `optax.sgd(η, δ,
+  nesterov=True)` run on the look-ahead `y = x + δv` is the same sequence:
+  it keeps the trace `m = −v/η` and computes `m ← ∇f(y) + δm`,
+  `y ← y − η ∇f(y) − ηδm = y − η ∇f(y) + δv'`, while Zhang's step gives
+  `y' = x' + δv' = y − δv + v' + δv' = y − η ∇f(y) + δv'` (`v'`, `x'`: the
+  new values), the same update. So the worker's parameters are
+  `y` (its gradients are taken there, as Zhang's), and the elastic force,
+  which Zhang applies to `x` while keeping `v`, is computed on
+  `x = y − δv = y + δη m` and moves `y` by the same `−E`: the exact
+  algorithm, not an approximation of it.
+
+  Args:
+    learning_rate: the local step's `η`.
+    momentum: `δ`.
+
+  Returns:
+    `(params, opt_state) -> x`, for an `opt_state` of `optax.sgd(learning_rate,
+    momentum, nesterov=True)` (`make_worker_optimizer("nesterov", ...)`).
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from agn_jax.strategies import nesterov_anchor
+    >>> tx = optax.sgd(0.5, momentum=0.5, nesterov=True)
+    >>> y = jnp.zeros(1)
+    >>> updates, state = tx.update(jnp.ones(1), tx.init(y))
+    >>> y = y + updates  # Zhang: v = -0.5, x = -0.5, y = x + δv = -0.75.
+    >>> y, nesterov_anchor(0.5, 0.5)(y, state)
+    (Array([-0.75], dtype=float32), Array([-0.5], dtype=float32))
+  """
+
+  def anchor(params, opt_state):
+    trace = optax.tree_utils.tree_get(opt_state, "trace")
+    return jax.tree.map(lambda y, m: y + momentum * learning_rate * m,
+                        params, trace)
+
+  return anchor
 
 
 def keep_pull(params, opt_state, center):
@@ -154,40 +218,176 @@ def keep_pull(params, opt_state, center):
   return params, opt_state
 
 
+class WorkerState(NamedTuple):
+  """A worker's local state between two commits.
+
+  Attributes:
+    params: the local parameters (where its next gradient is taken).
+    opt_state: the state of the strategy's `worker_transform`.
+  """
+
+  params: optax.Params
+  opt_state: optax.OptState
+
+
+def _where(accepted, on_accept, on_reject):
+  """`on_accept` where `accepted` (a bool array) else `on_reject`, leaf by leaf."""
+  return jax.tree.map(lambda a, r: jnp.where(accepted, a, r), on_accept,
+                      on_reject)
+
+
 @dataclasses.dataclass(frozen=True)
 class Strategy:
   """One algorithm: what workers run, what the server applies, and in which order.
+
+  A commit is three pure, jittable half-steps that every backend calls in
+  the same order, and nothing outside this class knows what they do:
+
+  1. after its λ local steps, the worker pulls the center first if
+     `pull_before_commit`, then `worker_commit(state, center)` gives the
+     payload it sends with the clock of the center it last pulled;
+  2. the server takes commits one at a time (FIFO):
+     `server_apply(center, server_state, payload, staleness)`, with
+     staleness = server clock − that clock; a payload with a non-finite
+     number is rejected and changes nothing;
+  3. the worker pulls again if `pulls_after_commit(accepted)` (once the
+     server has handled its commit), then `worker_receive(state, center,
+     accepted)` gives its state for the next window; after a rejected commit
+     that is a fresh start from the center.
 
   Attributes:
     name: the registry name.
     communication_window: λ, local steps per commit.
     worker_transform: the optax transformation of the local steps.
     rule: the server rule.
-    protocol: `"commit_then_pull"` (agn, downpour, dynsgd, adag: the worker
-      commits, then restarts at a fresh pull) or `"pull_then_commit"` (aeasgd,
-      eamsgd: the worker pulls, computes its elastic commit against it, and
-      keeps its own parameters).
-    payload: the keys of a commit, e.g. `("delta",)` or
+    pull_before_commit: False (agn, downpour, dynsgd, adag): the worker
+      commits against the center it pulled before the window, then restarts
+      from a fresh pull. True (aeasgd, eamsgd): the worker pulls just before
+      its commit, computes it against that center and keeps its own
+      parameters.
+    payload: the keys of a commit's payload, e.g. `("delta",)` or
       `("delta", "stale_center")`.
-    commit_fn: `(params, opt_state, center) -> (commit, params, opt_state)`;
-      `center` is the center pulled before the window (commit-then-pull) or
-      just now (pull-then-commit).
-    pull_fn: `(params, opt_state, center) -> (params, opt_state)`, run on every
-      pulled center after the commit.
+    commit_fn: `(params, opt_state, center) -> (payload, params, opt_state)`,
+      the worker's commit (`worker_commit`).
+    pull_fn: `(params, opt_state, center) -> (params, opt_state)`, what the
+      worker does with the center after an accepted commit
+      (`worker_receive`).
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from agn_jax import get_strategy
+    >>> from agn_jax.strategies import WorkerState
+    >>> s = get_strategy("downpour", communication_window=1,
+    ...                  inner=optax.sgd(1.0))
+    >>> center = jnp.zeros(2)
+    >>> state, server_state = s.init_worker(center), s.rule.init(center)
+    >>> updates, opt_state = s.worker_transform.update(  # One local step.
+    ...     jnp.ones(2), state.opt_state, state.params)
+    >>> state = WorkerState(state.params + updates, opt_state)
+    >>> payload, state = s.worker_commit(state, center)
+    >>> center, server_state, accepted = s.server_apply(
+    ...     center, server_state, payload, staleness=0)
+    >>> accepted = bool(accepted)
+    >>> accepted, s.pulls_after_commit(accepted), int(server_state.clock)
+    (True, True, 1)
+    >>> s.worker_receive(state, center, accepted).params
+    Array([-1., -1.], dtype=float32)
   """
 
   name: str
   communication_window: int
   worker_transform: optax.GradientTransformation
   rule: ServerRule
-  protocol: str
+  pull_before_commit: bool
   payload: Tuple[str, ...]
-  commit_fn: Callable[..., Tuple[Commit, Any, Any]]
+  commit_fn: Callable[..., Tuple[Payload, Any, Any]]
   pull_fn: Callable[..., Tuple[Any, Any]]
 
-  def init_worker(self, center):
-    """A worker's `(params, opt_state)` at a center it pulled first."""
-    return center, self.worker_transform.init(center)
+  def init_worker(self, center) -> WorkerState:
+    """A worker's state at a center it pulled first: a fresh start there."""
+    return WorkerState(center, self.worker_transform.init(center))
+
+  def worker_commit(self, state: WorkerState,
+                    center) -> Tuple[Payload, WorkerState]:
+    """The worker's half-step at the end of a window.
+
+    Args:
+      state: the worker's state after the window's λ local steps.
+      center: the center the worker pulled just now (`pull_before_commit`),
+        else the one it pulled before the window.
+
+    Returns:
+      `(payload, state)`: the payload, a dict with the keys `self.payload`,
+      and the worker's state after its commit.
+    """
+    payload, params, opt_state = self.commit_fn(state.params, state.opt_state,
+                                                center)
+    return ({key: payload[key] for key in self.payload},
+            WorkerState(params, opt_state))
+
+  def accepts(self, payload: Payload) -> jax.Array:
+    """Whether the server applies `payload`: every number in it is finite.
+
+    A worker whose optimizer diverged must not poison the center.
+    """
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x))
+                              for x in jax.tree.leaves(payload)]))
+
+  def server_apply(self, center, server_state: ServerState, payload: Payload,
+                   staleness) -> Tuple[Any, ServerState, jax.Array]:
+    """The server's half-step: applies one commit through the rule, or rejects it.
+
+    Args:
+      center: the center.
+      server_state: the `ServerState`.
+      payload: the commit's payload, as `worker_commit` made it.
+      staleness: server clock − the clock of the center the worker last
+        pulled (int32).
+
+    Returns:
+      `(center, server_state, accepted)`; `accepted` is `accepts(payload)`
+      (a bool array). A rejected commit leaves the center and the server
+      state (its clock too) as they were.
+    """
+    accepted = self.accepts(payload)
+    applied = self.rule.apply(center, payload, server_state, staleness)
+    center, server_state = _where(accepted, applied, (center, server_state))
+    return center, server_state, accepted
+
+  def pulls_after_commit(self, accepted: bool) -> bool:
+    """Whether the worker pulls once the server has handled its commit.
+
+    It restarts from the center after its own commit (read-your-writes),
+    unless it pulled just before the commit and keeps its own parameters.
+    A rejected worker always starts afresh from the center.
+    """
+    return not (self.pull_before_commit and accepted)
+
+  def worker_receive(self, state: WorkerState, center,
+                     accepted) -> WorkerState:
+    """The worker's half-step once the server has handled its commit.
+
+    Args:
+      state: the state `worker_commit` returned.
+      center: the center pulled after the commit where
+        `pulls_after_commit(accepted)`, else the one the commit used.
+      accepted: whether the server applied the commit (`server_apply`'s
+        verdict; the worker knows it as `accepts(payload)`): a Python bool or
+        a traced one.
+
+    Returns:
+      The state for the next window: `pull_fn`'s after an accepted commit,
+      `init_worker(center)` after a rejected one (the optimizer state, e.g.
+      Adam's moments, may be what diverged). A Python bool returns that one
+      state as it is: a leaf the pull leaves alone is the very array passed
+      in (the simulator writes back only the leaves a half-step changed).
+    """
+    if isinstance(accepted, bool) and not accepted:
+      return self.init_worker(center)
+    kept = WorkerState(*self.pull_fn(state.params, state.opt_state, center))
+    if isinstance(accepted, bool):
+      return kept
+    return _where(accepted, kept, self.init_worker(center))
 
 
 _REGISTRY: Dict[str, Callable[..., Strategy]] = {}
@@ -201,7 +401,8 @@ def register(name: str, paper_defaults: Optional[Mapping[str, Any]] = None):
     name: the registry name.
     paper_defaults: the `TrainConfig` settings PAPER.md gives this strategy
       (`worker_optimizer`, `learning_rate`, `momentum`, `rho`,
-      `normalization`, as they apply); what `paper_defaults(name)` returns.
+      `elastic_learning_rate`, `normalization`, as they apply); what
+      `paper_defaults(name)` returns.
   """
 
   def wrap(factory):
@@ -234,17 +435,19 @@ def paper_defaults(name: str) -> Dict[str, Any]:
     name: one of `available()`.
 
   Returns:
-    A new dict, e.g. `{"worker_optimizer": "sgd", "learning_rate": 0.01,
-    "rho": 5.0, ...}` for aeasgd.
+    A new dict, e.g. `{"worker_optimizer": "adam", "learning_rate": 1e-3,
+    "rho": 5.0, "elastic_learning_rate": 0.01, ...}` for aeasgd.
 
   Raises:
     ValueError: for an unknown name.
 
   Example:
     >>> from agn_jax.strategies import paper_defaults
-    >>> d = paper_defaults("eamsgd")
-    >>> d["worker_optimizer"], d["learning_rate"], d["momentum"], d["rho"]
-    ('momentum', 0.01, 0.9, 5.0)
+    >>> d = paper_defaults("aeasgd")
+    >>> d["worker_optimizer"], d["learning_rate"], d["rho"]
+    ('adam', 0.001, 5.0)
+    >>> d["rho"] * d["elastic_learning_rate"]  # α
+    0.05
   """
   _check_name(name)
   return dict(_PAPER_DEFAULTS[name])
@@ -272,9 +475,10 @@ def get_strategy(name: str, **kwargs) -> Strategy:
     name: one of `available()`: agn, downpour, aeasgd, eamsgd, dynsgd, adag.
     **kwargs: the factory's arguments (`parameters(name)`), e.g.
       `communication_window`, `inner` (the local optimizer; each strategy has
-      PAPER.md's default), `learning_rate`, `rho` (aeasgd, eamsgd),
-      `momentum` (eamsgd), `normalization` (agn, adag), `server_optimizer`
-      (an optax transformation or None).
+      PAPER.md's default; eamsgd's is always Nesterov), `learning_rate`
+      (the local optimizer's), `rho` and `elastic_learning_rate` (aeasgd,
+      eamsgd: `α = ρη`), `momentum` (eamsgd), `normalization` (agn, adag),
+      `server_optimizer` (an optax transformation or None).
 
   Returns:
     A `Strategy`.
@@ -287,8 +491,8 @@ def get_strategy(name: str, **kwargs) -> Strategy:
   Example:
     >>> from agn_jax import get_strategy
     >>> s = get_strategy("agn", communication_window=10)
-    >>> s.protocol, s.payload
-    ('commit_then_pull', ('delta',))
+    >>> s.pull_before_commit, s.payload
+    (False, ('delta',))
   """
   _check_name(name)
   accepted = parameters(name)
@@ -316,7 +520,7 @@ def _commit_then_pull(name, communication_window, inner, normalization,
       worker_transform=transform.agn(inner, communication_window,
                                      normalization),
       rule=server_rule(increment, server_optimizer),
-      protocol=COMMIT_THEN_PULL,
+      pull_before_commit=False,
       payload=payload,
       commit_fn=commit_fn,
       pull_fn=reanchor_pull)
@@ -380,9 +584,9 @@ def adag_strategy(communication_window: int = 10,
                            payload=("delta", "stale_center"))
 
 
-def _elastic(name, communication_window, inner, learning_rate, rho,
-             server_optimizer):
-  _check_positive(learning_rate=learning_rate, rho=rho)
+def _elastic(name, communication_window, inner, rho, elastic_learning_rate,
+             server_optimizer, anchor=None):
+  _check_positive(rho=rho, elastic_learning_rate=elastic_learning_rate)
   if isinstance(communication_window, bool) or not isinstance(
       communication_window, int) or communication_window < 1:
     raise ValueError("communication_window must be an integer >= 1, got "
@@ -392,48 +596,104 @@ def _elastic(name, communication_window, inner, learning_rate, rho,
       communication_window=communication_window,
       worker_transform=inner,
       rule=server_rule(add_increment, server_optimizer),
-      protocol=PULL_THEN_COMMIT,
+      pull_before_commit=True,
       payload=("delta",),
-      commit_fn=elastic_commit(rho * learning_rate),
+      commit_fn=elastic_commit(rho * elastic_learning_rate, anchor),
       pull_fn=keep_pull)
 
 
 @register("aeasgd", paper_defaults=dict(
-    worker_optimizer="sgd", learning_rate=0.01, rho=5.0, normalization="none"))
+    worker_optimizer="adam", learning_rate=1e-3, rho=5.0,
+    elastic_learning_rate=0.01, normalization="none"))
 def aeasgd_strategy(communication_window: int = 10,
                     inner: Optional[optax.GradientTransformation] = None,
-                    learning_rate: float = 0.01,
+                    learning_rate: float = 1e-3,
                     rho: float = 5.0,
+                    elastic_learning_rate: float = 0.01,
                     server_optimizer=None) -> Strategy:
-  """Asynchronous EASGD: plain SGD locally, elastic commit `α (θ_k − θ̃)`, `α = ρη`."""
+  """Asynchronous EASGD (Zhang et al. 2015) as the thesis ran it.
+
+  λ local steps of `inner` (default Adam at `learning_rate`); then pull,
+  `E = α (θ_k − θ̃)` with `α = rho · elastic_learning_rate`,
+  `θ_k ← θ_k − E`, commit `E`. The local optimizer's learning rate plays no
+  part in `α`.
+
+  The defaults are the thesis' grid: its `experiments/easgd_experiments.py`
+  runs dist-keras' `AEASGD(worker_optimizer='adam', learning_rate=0.01)`,
+  whose worker compiles the model with Keras' Adam at its default 1e-3 and
+  uses `learning_rate` only in `alpha = rho * learning_rate`, with
+  dist-keras' default `rho=5.0`: α = 0.05.
+
+  Example:
+    >>> from agn_jax import get_strategy
+    >>> from agn_jax.strategies import WorkerState
+    >>> s = get_strategy("aeasgd", rho=5.0, elastic_learning_rate=0.01)
+    >>> payload, state = s.worker_commit(WorkerState(2.0, None), center=0.0)
+    >>> round(float(payload["delta"]), 6)  # α (θ_k − θ̃) = 0.05 · 2
+    0.1
+  """
+  _check_positive(learning_rate=learning_rate)
   return _elastic("aeasgd", communication_window,
-                  inner or optax.sgd(learning_rate), learning_rate, rho,
-                  server_optimizer)
+                  inner or optax.adam(learning_rate), rho,
+                  elastic_learning_rate, server_optimizer)
 
 
 @register("eamsgd", paper_defaults=dict(
-    worker_optimizer="momentum", learning_rate=0.01, momentum=0.9, rho=5.0,
-    normalization="none"))
+    worker_optimizer="nesterov", learning_rate=0.01, momentum=0.9, rho=5.0,
+    elastic_learning_rate=0.01, normalization="none"))
 def eamsgd_strategy(communication_window: int = 10,
-                    inner: Optional[optax.GradientTransformation] = None,
                     learning_rate: float = 0.01,
                     rho: float = 5.0,
+                    elastic_learning_rate: float = 0.01,
                     momentum: float = 0.9,
                     server_optimizer=None) -> Strategy:
-  """EAMSGD: AEASGD whose local steps use momentum (μ = 0.9 by default)."""
+  """EAMSGD (Zhang et al. 2015, Algorithm 2): AEASGD with Nesterov local steps.
+
+  Each local step is `v ← δv − η ∇f(x + δv)`, `x ← x + v` (`η` =
+  `learning_rate`, `δ` = `momentum`); every λ steps the worker pulls and
+  applies the elastic force to `x`, keeping `v`: `E = α (x − θ̃)`,
+  `x ← x − E`, commit `E`, with `α = rho · elastic_learning_rate`. The
+  worker runs `make_worker_optimizer("nesterov")` on the look-ahead
+  `x + δv`, which is the same sequence; `nesterov_anchor` says why and how
+  the force still acts on `x`.
+
+  Where the defaults come from: Nesterov momentum with δ = 0.9 is
+  dist-keras' EAMSGD default (`momentum=0.9`) and PAPER.md's. Zhang et al.
+  use one η for the local steps and for `α = ηρ`; both are 0.01 here, the
+  default `learning_rate` of dist-keras' EAMSGD worker (its trainer's is
+  0.1) and the η of the thesis' AEASGD grid, so α = 0.05 as AEASGD's;
+  ρ = 5 is dist-keras' default. The thesis ran no EAMSGD grid. dist-keras' own EAMSGD worker
+  departs from Algorithm 2 (its velocity takes the compiled Keras
+  optimizer's step times `learning_rate` and looks ahead on the other side
+  of `x`); this follows the paper.
+
+  Example:
+    >>> from agn_jax import get_strategy
+    >>> s = get_strategy("eamsgd")
+    >>> s.pull_before_commit, s.payload
+    (True, ('delta',))
+  """
+  if not 0 <= momentum < 1:
+    raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
   return _elastic("eamsgd", communication_window,
-                  inner or optax.sgd(learning_rate, momentum=momentum),
-                  learning_rate, rho, server_optimizer)
+                  make_worker_optimizer("nesterov", learning_rate, momentum),
+                  rho, elastic_learning_rate, server_optimizer,
+                  anchor=nesterov_anchor(learning_rate, momentum))
 
 
 # The local optimizers `--worker_optimizer` names, and DiLoCo-style outer ones.
-WORKER_OPTIMIZERS = ("adam", "sgd", "momentum")
+WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov")
 SERVER_OPTIMIZERS = ("none", "sgd", "nesterov")
 
 
 def make_worker_optimizer(name: str, learning_rate: float,
                           momentum: float = 0.9) -> optax.GradientTransformation:
-  """The local optimizer named by `--worker_optimizer`: one of `WORKER_OPTIMIZERS`."""
+  """The local optimizer named by `--worker_optimizer`: one of `WORKER_OPTIMIZERS`.
+
+  `momentum` is heavy-ball momentum, `nesterov` Nesterov's (as optax
+  writes it: on the look-ahead point, see `nesterov_anchor`); both use
+  `momentum`.
+  """
   _check_positive(learning_rate=learning_rate)
   if name == "adam":
     return optax.adam(learning_rate)
@@ -441,6 +701,8 @@ def make_worker_optimizer(name: str, learning_rate: float,
     return optax.sgd(learning_rate)
   if name == "momentum":
     return optax.sgd(learning_rate, momentum=momentum)
+  if name == "nesterov":
+    return optax.sgd(learning_rate, momentum=momentum, nesterov=True)
   raise ValueError(f"worker_optimizer must be one of "
                    f"{', '.join(WORKER_OPTIMIZERS)}, got {name!r}")
 

@@ -25,28 +25,32 @@ def test_config_keeps_no_copy_of_the_owners_lists():
 def test_strategy_settings_default_to_none_and_name_config_fields():
   config = TrainConfig()
   for name in ("worker_optimizer", "learning_rate", "momentum", "rho",
-               "normalization"):
+               "elastic_learning_rate", "normalization"):
     assert getattr(config, name) is None, name
   fields = {f.name for f in dataclasses.fields(TrainConfig)}
   assert set(config_lib.STRATEGY_SETTINGS) <= fields
   assert set(config_lib.STRATEGY_SETTINGS) == {
       "worker_optimizer", "learning_rate", "momentum", "rho",
-      "normalization", "server_optimizer", "server_learning_rate",
-      "server_momentum"}
+      "elastic_learning_rate", "normalization", "server_optimizer",
+      "server_learning_rate", "server_momentum"}
 
 
-@pytest.mark.parametrize("strategy, expected", [
-    ("agn", ("adam", 1e-3, 0.9, 5.0, "window")),
-    ("downpour", ("adam", 1e-3, 0.9, 5.0, "none")),
-    ("dynsgd", ("adam", 1e-3, 0.9, 5.0, "none")),
-    ("adag", ("adam", 1e-3, 0.9, 5.0, "window")),
-    ("aeasgd", ("sgd", 0.01, 0.9, 5.0, "none")),
-    ("eamsgd", ("momentum", 0.01, 0.9, 5.0, "none")),
+@pytest.mark.parametrize("strategy, expected, alpha", [
+    ("agn", ("adam", 1e-3, 0.9, 5.0, 0.01, "window"), None),
+    ("downpour", ("adam", 1e-3, 0.9, 5.0, 0.01, "none"), None),
+    ("dynsgd", ("adam", 1e-3, 0.9, 5.0, 0.01, "none"), None),
+    ("adag", ("adam", 1e-3, 0.9, 5.0, 0.01, "window"), None),
+    # The thesis' AEASGD: Adam 1e-3 locally, α = 5 · 0.01.
+    ("aeasgd", ("adam", 1e-3, 0.9, 5.0, 0.01, "none"), 0.05),
+    ("eamsgd", ("nesterov", 0.01, 0.9, 5.0, 0.01, "none"), 0.05),
 ])
-def test_resolved_fills_the_paper_defaults(strategy, expected):
+def test_resolved_fills_the_paper_defaults(strategy, expected, alpha):
   resolved = TrainConfig(strategy=strategy).resolved()
   assert (resolved.worker_optimizer, resolved.learning_rate,
-          resolved.momentum, resolved.rho, resolved.normalization) == expected
+          resolved.momentum, resolved.rho, resolved.elastic_learning_rate,
+          resolved.normalization) == expected
+  assert resolved.elastic_alpha() == pytest.approx(alpha)
+  assert resolved.to_record()["elastic_alpha"] == pytest.approx(alpha)
   assert resolved.is_resolved()
   assert resolved.resolved() == resolved  # Idempotent.
 
@@ -55,7 +59,9 @@ def test_resolved_keeps_what_was_set():
   config = TrainConfig(strategy="aeasgd", learning_rate=0.1, rho=2.0)
   resolved = config.resolved()
   assert (resolved.worker_optimizer, resolved.learning_rate, resolved.rho) == (
-      "sgd", 0.1, 2.0)
+      "adam", 0.1, 2.0)
+  assert resolved.elastic_alpha() == pytest.approx(2.0 * 0.01)
+  assert config.elastic_alpha() is None  # Not resolved yet.
   assert config.learning_rate == 0.1 and config.worker_optimizer is None
   assert not config.is_resolved()
   with pytest.raises(ValueError, match="unknown strategy 'nope'"):
@@ -74,26 +80,34 @@ def _local_updates(strategy, grads, params):
   return out, params, state
 
 
-def test_aeasgd_is_built_with_its_paper_defaults():
-  # SGD(0.01): one step on gradient 1 is -0.01. α = ρη = 5 · 0.01 = 0.05:
-  # θ = 2, θ̃ = 0 -> E = 0.1, θ -> 1.9.
+@pytest.mark.parametrize("settings, step, delta", [
+    # Adam 1e-3: its first step on gradient 1 is -1e-3. α = ρη = 5 · 0.01:
+    # θ = 2, θ̃ = 0 -> E = 0.1, θ -> 1.9.
+    ({}, -1e-3, 0.1),
+    # --learning_rate is the local optimizer's alone; α follows
+    # --elastic_learning_rate (5 · 0.02 · 2 = 0.2).
+    (dict(learning_rate=0.5), -0.5, 0.1),
+    (dict(elastic_learning_rate=0.02), -1e-3, 0.2),
+])
+def test_aeasgd_is_built_with_its_paper_defaults(settings, step, delta):
   strategy = build.build_strategy(
-      TrainConfig(strategy="aeasgd", communication_window=2))
+      TrainConfig(strategy="aeasgd", communication_window=2, **settings))
   updates, _, _ = _local_updates(strategy, [[1.0]], jnp.zeros(1))
-  np.testing.assert_allclose(updates[0], [-0.01], rtol=1e-6)
+  np.testing.assert_allclose(updates[0], [step], rtol=1e-4)
   commit, params, _ = strategy.commit_fn(jnp.asarray([2.0]), None,
                                          jnp.asarray([0.0]))
-  np.testing.assert_allclose(commit["delta"], [0.1], rtol=1e-6)
-  np.testing.assert_allclose(params, [1.9], rtol=1e-6)
+  np.testing.assert_allclose(commit["delta"], [delta], rtol=1e-6)
+  np.testing.assert_allclose(params, [2.0 - delta], rtol=1e-6)
 
 
-def test_eamsgd_workers_use_momentum_09():
-  # optax.sgd(0.01, momentum=0.9) on gradients 1, 1: v = 1, then 1.9;
-  # updates -0.01, -0.019.
+def test_eamsgd_workers_use_nesterov_09():
+  # Zhang et al.'s v ← δv − η ∇f(x + δv), x ← x + v with η = 0.01, δ = 0.9,
+  # gradients 1, 1; the worker holds y = x + δv: v = -0.01, -0.019;
+  # x = -0.01, -0.029; y = -0.019, -0.0461: updates -0.019, -0.0271.
   strategy = build.build_strategy(
       TrainConfig(strategy="eamsgd", communication_window=2))
   updates, _, _ = _local_updates(strategy, [[1.0], [1.0]], jnp.zeros(1))
-  np.testing.assert_allclose(np.concatenate(updates), [-0.01, -0.019],
+  np.testing.assert_allclose(np.concatenate(updates), [-0.019, -0.0271],
                              rtol=1e-6)
 
 
@@ -123,6 +137,7 @@ def test_normalization_reaches_agn(normalization, expected):
 
 @pytest.mark.parametrize("changes, message", [
     (dict(strategy="eamsgd", worker_optimizer="adam"), "momentum"),
+    (dict(strategy="eamsgd", worker_optimizer="momentum"), "nesterov"),
     (dict(strategy="downpour", normalization="l2"), "normalization"),
     (dict(strategy="aeasgd", normalization="window"), "normalization"),
     (dict(strategy="agn", normalization="max"), "normalization"),

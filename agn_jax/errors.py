@@ -1,0 +1,62 @@
+"""The errors a run ends in, below every layer that raises or reports them.
+
+Each message is one line: the command line prints it as the run's only
+error line. No JAX here: a worker process imports this before it applies
+its placement.
+"""
+
+from typing import Sequence
+
+
+class RunError(RuntimeError):
+  """A part of the run failed, or its outcome is no result."""
+
+
+class NothingToDo(Exception):
+  """`--resume` of a run that already completed its share: no file was touched."""
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised like Ctrl-C so that a run shuts down the same way."""
+
+
+class WorkdirError(ValueError):
+  """A workdir that cannot be used (impossible path, symlink)."""
+
+
+class WorkdirBusy(RuntimeError):
+  """Another live run holds the workdir's lock; the message names it."""
+
+
+class CheckpointError(ValueError):
+  """A checkpoint is missing, corrupt or does not fit the run."""
+
+
+class RayStartError(RuntimeError):
+  """The local Ray instance could not start."""
+
+# A worker whose commits the server rejects (a non-finite number) this many
+# times in a row, each time from a fresh start at the center, fails the run:
+# restarting it again would not help.
+MAX_REJECTED_IN_A_ROW = 3
+
+
+class Diverged(RuntimeError):
+  """A worker's commits were rejected `MAX_REJECTED_IN_A_ROW` times in a row.
+
+  Fatal on every backend: the run fails rather than restart the worker.
+
+  Attributes:
+    records: the simulator's `CommitRecord`s of the round that ended in the
+      failure (so its books can still count them); empty elsewhere.
+
+  Example:
+    >>> from agn_jax.errors import Diverged
+    >>> error = Diverged("worker 1: 3 commits in a row were non-finite")
+    >>> str(error), error.records
+    ('worker 1: 3 commits in a row were non-finite', [])
+  """
+
+  def __init__(self, message: str, records: Sequence = ()):
+    super().__init__(message)
+    self.records = list(records)
