@@ -1,11 +1,13 @@
-"""Temporal efficiency, windowed training curves and staleness statistics."""
+"""Temporal efficiency, windowed training curves, a run's convergence and staleness statistics."""
 
+import math
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 
-def _curve(times, values, name: str) -> Tuple[np.ndarray, np.ndarray]:
+def _curve(times, values, name: str,
+           nonnegative: bool = True) -> Tuple[np.ndarray, np.ndarray]:
   times = np.asarray(times, np.float64)
   values = np.asarray(values, np.float64)
   if times.ndim != 1 or values.ndim != 1 or len(times) != len(values):
@@ -15,8 +17,10 @@ def _curve(times, values, name: str) -> Tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"{name}: the curve is empty")
   if not (np.all(np.isfinite(times)) and np.all(np.isfinite(values))):
     raise ValueError(f"{name}: times and values must be finite")
-  if times[0] < 0 or np.any(np.diff(times) < 0):
-    raise ValueError(f"{name}: times must be non-negative and non-decreasing")
+  if nonnegative and times[0] < 0:
+    raise ValueError(f"{name}: times must be non-negative")
+  if np.any(np.diff(times) < 0):
+    raise ValueError(f"{name}: times must be non-decreasing")
   return times, values
 
 
@@ -118,6 +122,165 @@ def windowed_mean(
   counts = np.diff(np.append(starts, len(times)))
   means = np.add.reduceat(values, starts) / counts
   return times[starts + counts - 1], means
+
+
+def sliding_mean(
+    times: Sequence[float],
+    values: Sequence[float],
+    window: float = 5.0,
+    stride: Optional[float] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
+  """The thesis' smoothing: means over windows of `window` moved by `stride`.
+
+  With `t₀` the first sample's time, window k covers `[t₀ + k·stride, t₀ +
+  k·stride + window)` for k = 0, 1, …, ⌊(t_last − t₀) / stride⌋: the windows
+  start at the first sample and the last one is the last that starts at or
+  before the last sample (the last few are cut short by the end of the run).
+  Each mean is stamped with its window's start, so the curve begins at `t₀`
+  with no point before it. A window holding no sample (a gap of at least
+  `window` between two samples) is skipped.
+
+  This is `compute_plot_metrics` of the thesis' analysis notebook
+  (`experiments/agn-aeasgd-experiments.ipynb` in the repository
+  JoeriHermans/master-thesis: `window` 5 s, `stride` 1 s, `t₀` the run's
+  first mini-batch), with the stride as a parameter.
+
+  Args:
+    times: non-decreasing sample times; samples of several workers merged
+      with a stable sort.
+    values: the samples (e.g. each local step's training accuracy).
+    window: the window's length, > 0.
+    stride: how far each window starts after the previous one, in (0,
+      window]; default `window / 5` (the thesis' 1 s for 5 s).
+
+  Returns:
+    `(starts, means)`, one entry per non-empty window.
+
+  Example:
+    >>> t, m = sliding_mean([2, 3, 4, 9], [0.0, 1.0, 2.0, 4.0], window=2.0,
+    ...                     stride=1.0)
+    >>> t.tolist(), m.tolist()  # [5, 7), [6, 8) and [7, 9) are empty.
+    ([2.0, 3.0, 4.0, 8.0, 9.0], [0.5, 1.5, 2.0, 4.0, 4.0])
+  """
+  if not (window > 0 and math.isfinite(window)):
+    raise ValueError(f"window must be a finite number > 0, got {window}")
+  stride = window / 5 if stride is None else stride
+  if not 0 < stride <= window:
+    raise ValueError(f"stride must be in (0, window = {window}], got {stride}")
+  times, values = _curve(times, values, "sliding_mean", nonnegative=False)
+  offsets = times - times[0]
+  starts = np.arange(int(math.floor(offsets[-1] / stride)) + 1) * stride
+  first = np.searchsorted(offsets, starts, side="left")
+  stop = np.searchsorted(offsets, starts + window, side="left")
+  keep = stop > first
+  sums = np.concatenate([[0.0], np.cumsum(values)])
+  means = (sums[stop] - sums[first])[keep] / (stop - first)[keep]
+  return times[0] + starts[keep], means
+
+
+def thesis_efficiency(
+    times_a: Sequence[float],
+    values_a: Sequence[float],
+    times_b: Sequence[float],
+    values_b: Sequence[float],
+    window: float = 5.0,
+    stride: Optional[float] = None,
+) -> float:
+  """E(a, b) as the thesis computed it, from each run's per-step samples.
+
+  Each run's samples become `sliding_mean(window, stride)`, timed from its
+  own first sample, so both curves start at t = 0 with a measured point and
+  nothing is invented in front of them; E is the ratio of their integrals
+  over [0, m] with linear interpolation, m the shorter curve's last window
+  start (`temporal_efficiency` of the two curves). That is the thesis'
+  notebook (see `sliding_mean`): `InterpolatedUnivariateSpline(x, y,
+  k=1).integral(0, m)` of each curve, m the smaller of their last `x`.
+  (`temporal_efficiency` alone cannot leave the front of a curve that starts
+  after 0 empty: it puts a point at 0, `initial_value` or, with None, the
+  first value held back. Timing each curve from its own start is what makes
+  that front empty, as in the thesis.)
+
+  Args:
+    times_a: times of run `a`'s samples (every worker's local steps).
+    values_a: the samples (mini-batch training accuracies).
+    times_b: times of run `b`'s samples.
+    values_b: run `b`'s samples.
+    window: the sliding window's length.
+    stride: its step (default `window / 5`).
+
+  Returns:
+    E(a, b) as a float.
+
+  Raises:
+    ValueError: for malformed samples, a run whose curve is one window long
+      (m = 0), or ∫f_b = 0.
+
+  Example:
+    >>> t = [0, 1, 2, 3, 4]
+    >>> thesis_efficiency(t, [0.5] * 5, t, [1.0] * 5, window=2.0, stride=1.0)
+    0.5
+  """
+  curves = []
+  for times, values in ((times_a, values_a), (times_b, values_b)):
+    starts, means = sliding_mean(times, values, window, stride)
+    curves += [starts - starts[0], means]
+  return temporal_efficiency(*curves, initial_value=None)
+
+
+CONVERGENCE_RULE = (
+    "diverged: non-finite, or the center's test accuracy fell from its peak "
+    "to chance + 5 points or below and stayed there to the end; converged: "
+    "it ends within 2 points of its peak and at least 50 points above "
+    "chance; else inconclusive (chance = 1 / classes)")
+
+
+def convergence(accuracies: Sequence[float], num_classes: int,
+                non_finite: bool = False) -> str:
+  """Whether a run "converged", "diverged" or is "inconclusive" (`CONVERGENCE_RULE`).
+
+  With chance = 1 / `num_classes`, and the center's test accuracy in time
+  order:
+  * diverged: `non_finite` or a non-finite accuracy, or the peak is above
+    chance + 0.05 and the last value at or below it (the accuracy fell from
+    its peak to chance level and stayed there to the end);
+  * converged: the last value is within 0.02 of the peak and at least
+    chance + 0.50;
+  * inconclusive: everything else, an empty curve included.
+  Bounds are inclusive (to 1e-9, so decimal edges such as 0.88 against a
+  0.90 peak count as written).
+
+  Args:
+    accuracies: the center's test accuracies, in time order.
+    num_classes: classes of the dataset (>= 2).
+    non_finite: whether anything of the run was non-finite (e.g. its test
+      loss).
+
+  Returns:
+    "converged", "diverged" or "inconclusive".
+
+  Example:
+    >>> convergence([0.1, 0.6, 0.95, 0.94], 10)
+    'converged'
+    >>> convergence([0.1, 0.6, 0.12, 0.1], 10)
+    'diverged'
+    >>> convergence([0.1, 0.3, 0.4], 10)
+    'inconclusive'
+  """
+  if num_classes < 2:
+    raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+  accuracies = np.asarray(accuracies, np.float64).reshape(-1)
+  if non_finite or not np.all(np.isfinite(accuracies)):
+    return "diverged"
+  if not len(accuracies):
+    return "inconclusive"
+  chance, eps = 1.0 / num_classes, 1e-9
+  peak, last = float(np.max(accuracies)), float(accuracies[-1])
+  floor = chance + 0.05
+  if peak > floor + eps and last <= floor + eps:
+    return "diverged"
+  if last >= peak - 0.02 - eps and last >= chance + 0.50 - eps:
+    return "converged"
+  return "inconclusive"
 
 
 def staleness_stats(staleness: Sequence[int]) -> Dict[str, object]:

@@ -1,19 +1,34 @@
 r"""Temporal efficiency of finished runs, and their curves on one plot.
 
   python -m experiments.compare RUN_A RUN_B [RUN_C ...] [--output=PATH] \
-      [--time_base=auto|training|wall|simulated]
+      [--time_base=auto|training|wall|simulated] \
+      [--efficiency_curve=thesis|commits] [--efficiency_window=SECONDS]
 
 prints E(a, b) = ∫₀^m f_a dt / ∫₀^m f_b dt (PAPER.md) for every pair of the
-runs, in two versions: f = the center's test accuracy (eval events) and f =
-the workers' mini-batch training accuracy averaged over 5-second windows
-(commit events; the thesis' version). Times are on one time base (see
-`experiments.curves`): by default `training`, seconds since the start
-barrier, so start-up and compilation are reported apart and do not count
-inside E; `simulated` when every run has simulated times. The output names
-the time base, and warns at the top when the runs do not share a time base
-or a data budget. Writes the plot and, beside it, the same numbers as JSON.
-The functions here are also what `experiments.train` and `experiments.sweep`
-use to read a run back and compare runs.
+runs, in two versions. *E test*: f = the center's test accuracy (eval
+events). *E train*: f = the workers' training accuracy, by
+`--efficiency_curve`:
+  thesis (default): the thesis' E (`agn_jax.metrics.thesis_efficiency`):
+    every local step's mini-batch accuracy of every worker, averaged over a
+    sliding window of --efficiency_window seconds moved by a fifth of it,
+    timed from each run's first step, integrated with no point invented in
+    front; on a simulated clock of modeled seconds (`--cluster=this_host`
+    or `paper`) the window is in those seconds, on one that counts local
+    steps (`--cluster=none`) in steps at the thesis' pace
+    (`curves.efficiency_window`: 5 s is 10 steps);
+  commits: our earlier curve, one sample per commit (the window's mean),
+    averaged over consecutive --efficiency_window windows of the time base,
+    with (0, 0) in front.
+Times are on one time base (see `experiments.curves`): by default
+`training`, seconds since the start barrier, so start-up and compilation are
+reported apart and do not count inside E; `simulated` when every run has
+simulated times in one unit. Each run is also classified `converged`, `diverged` or
+`inconclusive` by `agn_jax.metrics.convergence`, whose rule is printed. The
+output names the time base and the training curve, and warns at the top
+when the runs do not share a time base or a data budget. Writes the plot
+and, beside it, the same numbers as JSON. The functions here are also what
+`experiments.train` and `experiments.sweep` use to read a run back and
+compare runs.
 """
 
 import itertools
@@ -34,6 +49,8 @@ from experiments import plots
 # modules that read runs through compare (train, sweep).
 TRAIN_WINDOW_SECONDS = curves.TRAIN_WINDOW_SECONDS
 TIME_BASES = ("auto",) + curves.TIME_BASES
+# The training-accuracy curves E train can use; the first is the default.
+EFFICIENCY_CURVES = ("thesis", "commits")
 Run = curves.Run
 RunDirError = curves.RunDirError
 read_events = curves.read_events
@@ -54,43 +71,116 @@ def choose_time_base(runs: Sequence[Run], time_base: str = "auto") -> str:
   Args:
     runs: the runs.
     time_base: one of `TIME_BASES`; "auto" is "simulated" when every run has
-      simulated times (`sim_time`), else "training".
+      simulated times (`sim_time`) in one unit, else "training".
 
   Returns:
     One of "training", "wall", "simulated".
 
   Raises:
     ValueError: one line, for an unknown name, or "simulated" when a run has
-      no simulated times.
+      no simulated times or the runs' clocks count different units (modeled
+      seconds against local steps, `curves.sim_unit`).
   """
   if time_base == "auto":
     return curves.default_time_base(runs)
   for run in runs:
     curves.effective_time_base(run, time_base)  # Raises where it cannot be.
+  if time_base == "simulated" and not curves.shared_sim_unit(runs):
+    raise ValueError(
+        "the runs' simulated clocks count different units (" + ", ".join(
+            f"{run.name}: {curves.sim_unit(run)}" for run in runs) +
+        "); use the training or wall time base")
   return time_base
+
+
+def describe_train_curve(curve: str, window: float, time_base: str,
+                         sim_unit: str = "steps") -> str:
+  """One line saying what E train's f is.
+
+  `sim_unit` is what the runs' simulated clock counts (`curves.sim_unit`).
+
+  Example:
+    >>> print(describe_train_curve("thesis", 5.0, "simulated"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    every local step's training accuracy of every worker, timed from the
+    run's first step and averaged over a sliding window of 10 local steps
+    (5 s at 0.5 s per step, the thesis' pace) moved by 2
+    >>> print(describe_train_curve("thesis", 5.0, "simulated", "seconds"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    every local step's training accuracy of every worker, timed from the
+    run's first step and averaged over a sliding window of 5 modeled s moved
+    by 1 s
+  """
+  if curve == "thesis":
+    if time_base == "simulated" and sim_unit == "seconds":
+      span = f"{window:g} modeled s moved by {window / 5:g} s"
+    elif time_base == "simulated":
+      size = curves.efficiency_window(window, time_base)
+      span = (f"{size:g} local steps ({window:g} s at "
+              f"{curves.THESIS_SECONDS_PER_STEP:g} s per step, the thesis' "
+              f"pace) moved by {size / 5:g}")
+    else:
+      span = f"{window:g} s moved by {window / 5:g} s"
+    return ("every local step's training accuracy of every worker, timed "
+            "from the run's first step and averaged over a sliding window "
+            f"of {span}")
+  unit = ("s" if time_base != "simulated" else "modeled s"
+          if sim_unit == "seconds" else "local steps")
+  return ("each commit's mean training accuracy, averaged over consecutive "
+          f"windows of {window:g} {unit}, with (0, 0) in front")
+
+
+def _train_efficiency(run_a: Run, run_b: Run, window: float, base: str,
+                      curve: str) -> Optional[float]:
+  """E train of `curve` (see `efficiency`), or None."""
+  if curve == "thesis":
+    (times_a, values_a), (times_b, values_b) = (
+        curves.step_curve(run_a, base), curves.step_curve(run_b, base))
+    size = curves.efficiency_window(window, base, curves.sim_unit(run_a))
+    compute = lambda: metrics.thesis_efficiency(times_a, values_a, times_b,
+                                                values_b, size)
+  else:
+    (times_a, values_a), (times_b, values_b) = (
+        curves.train_curve(run_a, window, base),
+        curves.train_curve(run_b, window, base))
+    compute = lambda: metrics.temporal_efficiency(times_a, values_a,
+                                                  times_b, values_b)
+  if not len(times_a) or not len(times_b):
+    return None
+  try:
+    return compute()
+  except ValueError:
+    return None
 
 
 def efficiency(run_a: Run, run_b: Run,
                window: float = TRAIN_WINDOW_SECONDS,
-               time_base: str = "auto") -> Dict[str, object]:
-  """E(a, b) on test accuracy ("test") and windowed training accuracy ("train").
+               time_base: str = "auto",
+               curve: str = EFFICIENCY_CURVES[0]) -> Dict[str, object]:
+  """E(a, b) on test accuracy ("test") and on the workers' training accuracy ("train").
 
-  Both curves start at t = 0 of the time base: on "training", the start
+  The test curve starts at t = 0 of the time base: on "training", the start
   barrier; what happened before it (start-up, compilation) does not count.
+  The training curve is `curve`'s (module docstring): the thesis' starts at
+  each run's first local step.
 
   Args:
     run_a: run a.
     run_b: run b.
-    window: seconds over which the workers' training accuracy is averaged.
+    window: the training curve's window, in seconds (`--efficiency_window`).
     time_base: one of `TIME_BASES` ("auto": `choose_time_base([a, b])`).
+    curve: one of `EFFICIENCY_CURVES`.
 
   Returns:
-    `{"test": E or None, "train": E or None, "time_base": the base asked
-    for, "time_bases": (run a's base, run b's base), "same_time_base":
-    bool}`. An E is None when either run lacks the events it needs or the
-    ratio is undefined (run b's curve integrates to 0). A run without the
-    base asked for (an old run has only "wall") is on its own base, and
-    `same_time_base` is then False: its E compares unlike times.
+    `{"test": E or None, "train": E or None, "curve": curve, "time_base":
+    the base asked for, "time_bases": (run a's base, run b's base),
+    "same_time_base": bool}`. An E is None when either run lacks the events
+    it needs (a run written before commit rows had step accuracies has no
+    thesis curve), a curve is too short (the thesis' ends at its last window
+    start, which must come after its first) or the ratio is undefined (run
+    b's curve integrates to 0). A run without the base asked for (an old run
+    has only "wall") is on its own base, and `same_time_base` is then False:
+    its E compares unlike times.
 
   Raises:
     ValueError: as `choose_time_base`.
@@ -108,23 +198,23 @@ def efficiency(run_a: Run, run_b: Run,
     >>> e["test"], e["train"], e["time_base"], e["same_time_base"]
     (0.5, None, 'training', True)
   """
+  if curve not in EFFICIENCY_CURVES:
+    raise ValueError(f"curve must be one of {', '.join(EFFICIENCY_CURVES)}, "
+                     f"got {curve!r}")
   base = choose_time_base([run_a, run_b], time_base)
   bases = (curves.effective_time_base(run_a, base),
            curves.effective_time_base(run_b, base))
-  result = {}
-  for key, curve in (("test", lambda r: curves.from_zero(
-      *curves.eval_curve(r, base))),
-                     ("train", lambda r: curves.train_curve(r, window, base))):
-    (times_a, values_a), (times_b, values_b) = curve(run_a), curve(run_b)
-    if not len(times_a) or not len(times_b):
-      result[key] = None
-      continue
+  result = {"test": None}
+  (times_a, values_a), (times_b, values_b) = (
+      curves.from_zero(*curves.eval_curve(r, base)) for r in (run_a, run_b))
+  if len(times_a) and len(times_b):
     try:
-      result[key] = metrics.temporal_efficiency(times_a, values_a,
-                                                times_b, values_b)
+      result["test"] = metrics.temporal_efficiency(times_a, values_a,
+                                                   times_b, values_b)
     except ValueError:
-      result[key] = None
-  result.update(time_base=base, time_bases=bases,
+      pass
+  result.update(train=_train_efficiency(run_a, run_b, window, base, curve),
+                curve=curve, time_base=base, time_bases=bases,
                 same_time_base=bases[0] == bases[1])
   return result
 
@@ -205,6 +295,12 @@ def wall_time(run: Run) -> Optional[float]:
   return float(times.max()) if len(times) else None
 
 
+def run_outcome(run: Run) -> Optional[str]:
+  """How the run ended by its summary.json: completed, interrupted, failed, or None (no summary)."""
+  from agn_jax.runtime import bookkeeping  # pylint: disable=g-import-not-at-top
+  return bookkeeping.outcome(run.summary or {})
+
+
 def _format(value: Optional[float], spec: str = ".4f") -> str:
   return "n/a" if value is None else format(value, spec)
 
@@ -225,19 +321,23 @@ def _budget_text(value) -> str:
 
 
 def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
-               time_base: str = "auto") -> Dict[str, object]:
+               time_base: str = "auto",
+               curve: str = EFFICIENCY_CURVES[0]) -> Dict[str, object]:
   """Everything `compare` reports, as a JSON-ready dict.
 
   Args:
     runs: two or more runs.
-    window: seconds of the training-accuracy windows.
+    window: seconds of the training-accuracy window (`efficiency`).
     time_base: one of `TIME_BASES`.
+    curve: E train's curve, one of `EFFICIENCY_CURVES`.
 
   Returns:
-    `{"time_base", "time_base_description", "window_seconds", "runs": [per
-    run: name, path, time_base, final_test_accuracy, training_seconds,
-    startup_seconds, commits, data_budget], "same_time_base", "same_budget",
-    "differing_budget", "warnings": [lines], "pairs": [a, b, test, train]}`.
+    `{"time_base", "time_base_description", "efficiency_curve",
+    "efficiency_window", "train_curve_description", "convergence_rule",
+    "runs": [per run: name, path, time_base, final_test_accuracy,
+    training_seconds, startup_seconds, commits, convergence, data_budget],
+    "same_time_base", "same_budget", "differing_budget", "warnings":
+    [lines], "pairs": [a, b, test, train]}`.
 
   Raises:
     ValueError: as `choose_time_base`.
@@ -253,6 +353,8 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
         "training_seconds": training_seconds(run, base),
         "startup_seconds": curves.startup_seconds(run),
         "commits": int(len(run.commits["time"])),
+        "convergence": curves.convergence(run),
+        "outcome": run_outcome(run),
         "data_budget": data_budget(run)})
   warnings = []
   same_base = len({r["time_base"] for r in per_run}) == 1
@@ -267,6 +369,15 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
   if unrecorded:
     warnings.append(f"no config.json for {', '.join(unrecorded)}: its data "
                     "budget is unknown")
+  unfinished = [f"{r['name']} {r['outcome']}" +
+                (f" ({run.summary['failure']})"
+                 if isinstance(run.summary.get("failure"), str) else "")
+                for r, run in zip(per_run, runs)
+                if r["outcome"] not in ("completed", None)]
+  if unfinished:
+    warnings.append("not every run completed (summary.json): " +
+                    "; ".join(unfinished) + "; its curves end where it "
+                    "stopped")
   same, differing = same_budget(runs)
   if not same:
     warnings.append(
@@ -277,12 +388,15 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
         "; E compares runs that saw different data")
   pairs = []
   for (i, a), (j, b) in itertools.combinations(enumerate(runs), 2):
-    e = efficiency(a, b, window, base)
+    e = efficiency(a, b, window, base, curve)
     pairs.append({"a": names[i], "b": names[j], "test": e["test"],
                   "train": e["train"]})
   return {"time_base": base,
           "time_base_description": curves.TIME_BASE_DESCRIPTIONS[base],
-          "window_seconds": window, "runs": per_run,
+          "efficiency_curve": curve, "efficiency_window": window,
+          "train_curve_description": describe_train_curve(
+              curve, window, base, curves.shared_sim_unit(runs) or "steps"),
+          "convergence_rule": metrics.CONVERGENCE_RULE, "runs": per_run,
           "same_time_base": same_base, "same_budget": same,
           "differing_budget": differing, "warnings": warnings,
           "pairs": pairs}
@@ -291,9 +405,10 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
 def comparison_table(runs: Sequence[Run],
                      window: float = TRAIN_WINDOW_SECONDS,
                      time_base: str = "auto",
-                     report: Optional[Dict[str, object]] = None) -> str:
+                     report: Optional[Dict[str, object]] = None,
+                     curve: str = EFFICIENCY_CURVES[0]) -> str:
   """The text `compare` prints: warnings, the time base, one line per run, then E for every pair."""
-  report = report or comparison(runs, window, time_base)
+  report = report or comparison(runs, window, time_base, curve)
   names = [r["name"] for r in report["runs"]]
   width = max(len(n) for n in names) + 2
   lines = [f"WARNING: {w}" for w in report["warnings"]]
@@ -303,18 +418,26 @@ def comparison_table(runs: Sequence[Run],
                f"({report['time_base_description']})")
   lines.append("")
   lines.append(f"{'run':<{width}}{'test acc':>10}{'time (s)':>10}"
-               f"{'start-up (s)':>14}{'commits':>9}")
+               f"{'start-up (s)':>14}{'commits':>9}  convergence")
   for r in report["runs"]:
     lines.append(f"{r['name']:<{width}}{_format(r['final_test_accuracy']):>10}"
                  f"{_format(r['training_seconds'], '.2f'):>10}"
                  f"{_format(r['startup_seconds'], '.2f'):>14}"
-                 f"{r['commits']:>9d}")
+                 f"{r['commits']:>9d}  {r['convergence']}")
+  lines.append(f"convergence: {report['convergence_rule']}")
   lines.append("")
+  lines.append(f"E train ({report['efficiency_curve']}): "
+               f"{report['train_curve_description']}")
   lines.append(f"{'a':<{width}}{'b':<{width}}{'E test':>10}"
-               f"{f'E train({window:g}s)':>16}")
+               f"{'E train':>10}")
   for pair in report["pairs"]:
     lines.append(f"{pair['a']:<{width}}{pair['b']:<{width}}"
-                 f"{_format(pair['test']):>10}{_format(pair['train']):>16}")
+                 f"{_format(pair['test']):>10}{_format(pair['train']):>10}")
+  if any(pair["train"] is None for pair in report["pairs"]):
+    lines += ["", "E train n/a: a run has no rows the curve needs (step "
+              "accuracies: rows older than them), its curve ends within one "
+              "step of its window (a run shorter than that; see "
+              "--efficiency_window), or b's curve integrates to 0."]
   return "\n".join(lines)
 
 
@@ -337,9 +460,10 @@ def main(argv):
     runs = [read_run(d) for d in run_dirs]
   except RunDirError as e:
     flags_lib.exit_with_error(program, e)
-  window = flags.FLAGS.window_seconds
+  window = flags.FLAGS.efficiency_window
   try:
-    report = comparison(runs, window, flags.FLAGS.time_base)
+    report = comparison(runs, window, flags.FLAGS.time_base,
+                        flags.FLAGS.efficiency_curve)
   except ValueError as e:
     flags_lib.exit_with_error(program, f"--time_base={flags.FLAGS.time_base}: "
                               f"{e}", status=2)
@@ -358,16 +482,35 @@ def main(argv):
   print(f"\nplot: {output}\nnumbers: {json_path}")
 
 
+def define_efficiency_flags(flag_values: flags.FlagValues = flags.FLAGS
+                            ) -> None:
+  """--efficiency_curve and --efficiency_window, for every program that computes E."""
+  flags.DEFINE_enum(
+      "efficiency_curve", EFFICIENCY_CURVES[0], list(EFFICIENCY_CURVES),
+      "The workers' training-accuracy curve of E train: thesis (every local "
+      "step's accuracy, a sliding --efficiency_window moved by a fifth of "
+      "it, from each run's first step, as the thesis computed E) or commits "
+      "(one sample per commit, consecutive windows, (0, 0) in front). E test "
+      "(the center's test accuracy) is always computed.",
+      flag_values=flag_values)
+  flags.DEFINE_float(
+      "efficiency_window", TRAIN_WINDOW_SECONDS,
+      "Seconds over which E train's curve averages the training accuracy "
+      "(the thesis: 5). On simulated time the thesis curve counts local "
+      f"steps, {1 / curves.THESIS_SECONDS_PER_STEP:g} per second (the "
+      "thesis' pace); the commits curve takes it in the time base's units.",
+      flag_values=flag_values)
+  flags.register_validator(
+      "efficiency_window", lambda v: v is not None and np.isfinite(v) and v > 0,
+      message="--efficiency_window accepts a finite number > 0",
+      flag_values=flag_values)
+
+
 def _define_flags():
   flags.DEFINE_string("output", None, "Where to draw the curves of all runs; "
                       "default compare.png beside the first run. The numbers "
                       "go beside it as JSON (compare.json).")
-  flags.DEFINE_float("window_seconds", TRAIN_WINDOW_SECONDS,
-                     "Window over which the workers' training accuracy is "
-                     "averaged.")
-  flags.register_validator(
-      "window_seconds", lambda v: v is not None and np.isfinite(v) and v > 0,
-      message="--window_seconds accepts a finite number > 0")
+  define_efficiency_flags()
   flags.DEFINE_enum(
       "time_base", "auto", list(TIME_BASES),
       "Time base of E and the plots: training (seconds since the start "

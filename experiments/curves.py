@@ -7,9 +7,16 @@ Time bases (the fields of a metrics.jsonl row):
   training: `time`, seconds since the start barrier (all workers ready,
     training begins); events before it have negative times.
   wall: `wall_time`, seconds since `train()` began (start-up included).
-  simulated: `sim_time`, simulated seconds (simulated backends only).
+  simulated: `sim_time`, the simulated clock (simulated backends only):
+    modeled seconds of the run's `--cluster`, or local steps of a speed-1
+    worker for `--cluster=none` (`sim_unit`).
 A run written before the start barrier existed has no `wall_time`; its `time`
 counted from `train()`'s start, so its one time base is `wall`.
+
+Each commit row also carries every local step's training accuracy
+(`step_accuracy`) and its window's bounds (`window_start`, `window_end` on the
+`time` base; `sim_window_start`, `sim_window_end` on the simulated one):
+`step_curve` gives every step of every worker its time from them.
 """
 
 import json
@@ -19,22 +26,36 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from agn_jax import metrics
+from agn_jax.runtime import bookkeeping
 from agn_jax.runtime import events as ev
 
 TRAIN_WINDOW_SECONDS = 5.0
+# The thesis' pace, for its 5-s window on a simulated clock that counts local
+# steps (`--cluster=none`): its runs took 0.47 to 0.59 s per local step
+# (n = λ = 20: 432.93 s for 46 windows of 20 steps per worker; n = λ = 40:
+# 257.62 s for 11 of 40; n = λ = 10: 1066.08 s for 187 of 10), so its 5 s
+# held about 10 steps. A clock of modeled seconds needs no conversion.
+THESIS_SECONDS_PER_STEP = 0.5
+SIM_UNITS = ("steps", "seconds")
+# Every dataset `agn_jax.data` loads has 10 classes; a run whose summary
+# records `num_classes` says otherwise.
+DEFAULT_NUM_CLASSES = 10
 TIME_BASES = ("training", "wall", "simulated")
 TIME_BASE_DESCRIPTIONS = {
     "training": "seconds since the start barrier, when all workers are "
                 "ready",
     "wall": "seconds since train() began, start-up included",
-    "simulated": "simulated seconds",
+    "simulated": "the simulated clock (modeled seconds of the run's "
+                 "--cluster; local steps for --cluster=none)",
 }
 _TIME_FIELDS = ("time", "wall_time", "sim_time")
-# The rows the curves read, and their numeric fields: those of the events
-# the runtime writes them from.
+# The rows the curves read, their fields that hold lists of numbers, and
+# their numeric fields: those of the events the runtime writes them from.
+_LIST_FIELDS = {ev.Committed.kind: ("step_accuracy",)}
 _NUMERIC_FIELDS = {
     ev.Committed.kind: _TIME_FIELDS + tuple(
-        f for f in ev.Committed._fields if f not in _TIME_FIELDS),
+        f for f in ev.Committed._fields
+        if f not in _TIME_FIELDS + _LIST_FIELDS[ev.Committed.kind]),
     ev.Evaluated.kind: _TIME_FIELDS + ("clock", "loss", "accuracy"),
 }
 _COLUMN = {"training": "time", "wall": "wall_time", "simulated": "sim_time"}
@@ -53,8 +74,11 @@ class Run(NamedTuple):
     config: config.json as a dict ({} if absent).
     summary: summary.json as a dict ({} if absent).
     commits: commit events as `{field: np.ndarray}` sorted by time; a field
-      a row lacks is NaN.
+      a row lacks is NaN; `step_accuracy` is an object array of float
+      arrays (empty where a row has none).
     evals: eval events as `{field: np.ndarray}` sorted by time.
+    non_finite_evals: whether an eval row's loss or accuracy was non-finite
+      (NaN or infinite, not merely absent).
   """
   path: str
   name: str
@@ -62,6 +86,7 @@ class Run(NamedTuple):
   summary: Dict[str, object]
   commits: Dict[str, np.ndarray]
   evals: Dict[str, np.ndarray]
+  non_finite_evals: bool = False
 
 
 def _read_json(path: str) -> Dict[str, object]:
@@ -80,12 +105,17 @@ def _is_number(value) -> bool:
                            not isinstance(value, bool))
 
 
-def _columns(events: List[dict],
-             fields: Sequence[str]) -> Dict[str, np.ndarray]:
+def _columns(events: List[dict], fields: Sequence[str],
+             lists: Sequence[str] = ()) -> Dict[str, np.ndarray]:
   events = sorted(events, key=lambda e: e["time"])
-  return {f: np.array([np.nan if e.get(f) is None else e[f] for e in events],
-                      np.float64)
-          for f in fields}
+  columns = {
+      f: np.array([np.nan if e.get(f) is None else e[f] for e in events],
+                  np.float64)
+      for f in fields}
+  for f in lists:
+    columns[f] = np.empty(len(events), object)
+    columns[f][:] = [np.asarray(e.get(f) or (), np.float64) for e in events]
+  return columns
 
 
 def read_events(path: str) -> List[dict]:
@@ -125,6 +155,12 @@ def read_events(path: str) -> List[dict]:
         if not _is_number(event.get(field)):
           raise RunDirError(f"{path}:{number}: field {field!r} is not a "
                             f"number: {event[field]!r}")
+      for field in _LIST_FIELDS.get(event["event"], ()):
+        value = event.get(field)
+        if value is not None and not (isinstance(value, list) and all(
+            v is not None and _is_number(v) for v in value)):
+          raise RunDirError(f"{path}:{number}: field {field!r} is not a "
+                            f"list of numbers: {value!r}")
       event["time"] = float(event["time"])
     events.append(event)
   return events
@@ -146,12 +182,17 @@ def read_run(path: str) -> Run:
   evals = [e for e in events if e.get("event") == ev.Evaluated.kind]
   if not commits and not evals:
     raise RunDirError(f"{metrics_path}: holds no commit or eval events")
+  non_finite_evals = any(
+      isinstance(e.get(f), float) and not np.isfinite(e[f])
+      for e in evals for f in ("loss", "accuracy"))
   return Run(path=path,
              name=os.path.basename(os.path.normpath(path)),
              config=_read_json(os.path.join(path, "config.json")),
              summary=_read_json(os.path.join(path, "summary.json")),
-             commits=_columns(commits, _NUMERIC_FIELDS[ev.Committed.kind]),
-             evals=_columns(evals, _NUMERIC_FIELDS[ev.Evaluated.kind]))
+             commits=_columns(commits, _NUMERIC_FIELDS[ev.Committed.kind],
+                              _LIST_FIELDS[ev.Committed.kind]),
+             evals=_columns(evals, _NUMERIC_FIELDS[ev.Evaluated.kind]),
+             non_finite_evals=non_finite_evals)
 
 
 def _all_finite(run: Run, field: str) -> bool:
@@ -182,12 +223,39 @@ def time_bases(run: Run) -> Tuple[str, ...]:
   return bases
 
 
+def sim_unit(run: Run) -> str:
+  """What `run`'s simulated clock counts: "seconds" (modeled), or "steps".
+
+  A run's config.json (else its summary's `config`) names its `cluster`;
+  `none`, and a run that names none (written before the time model), count
+  local steps of a speed-1 worker.
+
+  Example:
+    >>> sim_unit(Run("r", "r", {"cluster": "paper"}, {}, {}, {}))
+    'seconds'
+    >>> sim_unit(Run("r", "r", {}, {}, {}, {}))
+    'steps'
+  """
+  config = run.config
+  if not config and isinstance(run.summary.get("config"), dict):
+    config = run.summary["config"]
+  cluster = config.get("cluster") if isinstance(config, dict) else None
+  return "seconds" if cluster not in (None, "none") else "steps"
+
+
+def shared_sim_unit(runs: Sequence[Run]) -> Optional[str]:
+  """The unit every run's simulated clock counts (`sim_unit`), or None if they differ."""
+  units = {sim_unit(r) for r in runs}
+  return units.pop() if len(units) == 1 else None
+
+
 def default_time_base(runs: Sequence[Run]) -> str:
-  """`auto`: "simulated" when every run has simulated times, else "training".
+  """`auto`: "simulated" when every run has simulated times in one unit, else "training".
 
   Runs that all predate the start barrier have only "wall".
   """
-  if runs and all("simulated" in time_bases(r) for r in runs):
+  if (runs and all("simulated" in time_bases(r) for r in runs) and
+      shared_sim_unit(runs)):
     return "simulated"
   if runs and all(time_bases(r) == ("wall",) for r in runs):
     return "wall"
@@ -276,6 +344,110 @@ def train_curve(run: Run, window: float = TRAIN_WINDOW_SECONDS,
   order = np.argsort(times[keep], kind="stable")
   return metrics.windowed_mean(times[keep][order],
                                commits["accuracy"][keep][order], window)
+
+
+def step_curve(run: Run, time_base: str = "training"
+               ) -> Tuple[np.ndarray, np.ndarray]:
+  """`(times, accuracies)` of every local step of every worker, sorted by time.
+
+  The thesis' f before smoothing. A window's λ steps ran in one dispatch and
+  have no times of their own: they are spread evenly over the window, step
+  i (from 0) ending at `start + (i + 1) (end − start) / λ`, as the thesis'
+  workers stamped each mini-batch when it was done. On the training and wall
+  bases `[start, end]` is `[window_start, window_end]` (on the simulated
+  backend, the round the window ran in); on the simulated base it is
+  `[sim_window_start, sim_window_end]`, where those times are exact (a row
+  without `sim_window_end` ends at its `sim_time`). Rows without step
+  accuracies (runs written before rows had them) add nothing; a non-finite
+  accuracy is dropped.
+  """
+  base = effective_time_base(run, time_base)
+  commits = run.commits
+  steps = commits.get("step_accuracy")
+  if steps is None or not len(steps):
+    return np.zeros(0), np.zeros(0)
+  column = lambda f: commits.get(f, np.full(len(steps), np.nan))
+  if base == "simulated":
+    start, end = column("sim_window_start"), column("sim_window_end")
+    end = np.where(np.isfinite(end), end, column("sim_time"))
+  else:
+    start, end = column("window_start"), column("window_end")
+    if base == "wall" and time_bases(run) != ("wall",):
+      offset = column("wall_time") - column("time")
+      start, end = start + offset, end + offset
+  times, values = [], []
+  for t0, t1, accuracies in zip(start, end, steps):
+    if len(accuracies) and np.isfinite(t0) and np.isfinite(t1):
+      times.append(t0 + (t1 - t0) * np.arange(1, len(accuracies) + 1) /
+                   len(accuracies))
+      values.append(accuracies)
+  if not times:
+    return np.zeros(0), np.zeros(0)
+  times, values = np.concatenate(times), np.concatenate(values)
+  keep = np.isfinite(values)
+  order = np.argsort(times[keep], kind="stable")
+  return times[keep][order], values[keep][order]
+
+
+def efficiency_window(seconds: float, time_base: str,
+                      unit: str = "steps") -> float:
+  """The thesis curve's window on `time_base`, for a window of `seconds`.
+
+  Seconds on the training and wall bases, and on a simulated clock of
+  modeled seconds; on a simulated clock that counts local steps
+  (`unit="steps"`, `--cluster=none`), the steps the thesis took in that
+  time (`THESIS_SECONDS_PER_STEP`): 5 s is 10 steps.
+
+  Example:
+    >>> efficiency_window(5.0, "training"), efficiency_window(5.0, "simulated")
+    (5.0, 10.0)
+    >>> efficiency_window(5.0, "simulated", unit="seconds")
+    5.0
+  """
+  if unit not in SIM_UNITS:
+    raise ValueError(f"unit must be one of {', '.join(SIM_UNITS)}, got "
+                     f"{unit!r}")
+  if time_base == "simulated" and unit == "steps":
+    return seconds / THESIS_SECONDS_PER_STEP
+  return float(seconds)
+
+
+def num_classes(run: Run) -> int:
+  """The classes of the run's dataset: the summary's `num_classes`, else 10."""
+  value = run.summary.get("num_classes")
+  if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
+    return value
+  return DEFAULT_NUM_CLASSES
+
+
+def non_finite(run: Run) -> bool:
+  """Whether the run went non-finite: the center's test loss or accuracy, or most commits.
+
+  True for a non-finite eval row, a non-finite final test loss or accuracy
+  in summary.json, or more commits rejected as non-finite than the run's
+  books accept (`bookkeeping.MAX_REJECTED_FRACTION`, when the books call the
+  run diverged).
+  """
+  summary = run.summary
+  if run.non_finite_evals or any(
+      isinstance(summary.get(key), float) and not np.isfinite(summary[key])
+      for key in ("final_test_loss", "final_test_accuracy")):
+    return True
+  applied, rejected = summary.get("num_commits"), summary.get(
+      "rejected_commits")
+  if isinstance(applied, int) and isinstance(rejected, int) and rejected:
+    return rejected > bookkeeping.MAX_REJECTED_FRACTION * (applied + rejected)
+  return False
+
+
+def convergence(run: Run) -> str:
+  """`metrics.convergence` of the run's center: "converged", "diverged" or "inconclusive".
+
+  From its test accuracy over every evaluation in time order, its dataset's
+  classes and `non_finite(run)`.
+  """
+  _, accuracies = eval_curve(run)
+  return metrics.convergence(accuracies, num_classes(run), non_finite(run))
 
 
 def commit_times(run: Run, time_base: str = "training") -> np.ndarray:

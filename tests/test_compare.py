@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from agn_jax import metrics
 from experiments import compare
 from experiments import curves
 
@@ -15,13 +16,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_run(directory, eval_curve=(), commit_curve=(), summary=None,
-              extra_lines=(), startup=None, sim_scale=None, config=None):
+              extra_lines=(), startup=None, sim_scale=None, config=None,
+              windows=()):
   """A run directory whose metrics.jsonl holds the given (time, accuracy)s.
 
   Without `startup` the rows are in the old format (`time` only, counted
   from launch). With it, `time` is on the training base and every row also
   has `wall_time = time + startup`; with `sim_scale`, `sim_time = time *
-  sim_scale` too.
+  sim_scale` too. `windows` are commits with step accuracies, `(worker,
+  start, end, [accuracy of each step])`, committed at `end`.
   """
   os.makedirs(directory, exist_ok=True)
 
@@ -38,6 +41,14 @@ def write_run(directory, eval_curve=(), commit_curve=(), summary=None,
       f.write(json.dumps({"event": "commit", **times(t), "worker": i % 2,
                           "clock": i, "staleness": i % 3, "loss": 1 - acc,
                           "accuracy": acc}) + "\n")
+    for i, (worker, start, end, steps) in enumerate(windows):
+      row = {"event": "commit", **times(end), "worker": worker, "clock": i,
+             "staleness": 0, "loss": 0.5, "accuracy": float(np.mean(steps)),
+             "window_start": start, "window_end": end,
+             "step_accuracy": list(steps)}
+      if sim_scale is not None:
+        row["sim_window_start"] = start * sim_scale
+      f.write(json.dumps(row) + "\n")
     for i, (t, acc) in enumerate(eval_curve):
       f.write(json.dumps({"event": "eval", **times(t), "clock": i,
                           "loss": 1 - acc, "accuracy": acc}) + "\n")
@@ -95,20 +106,124 @@ def test_efficiency_of_windowed_training_accuracy(tmp_path):
   np.testing.assert_allclose(means, [0.3, 0.3, 0.9, 0.9])
   # ∫a = 4*0.3/2 + 5*0.3 + 5*(0.3+0.9)/2 + 5*0.9 = 0.6+1.5+3+4.5 = 9.6
   # ∫b = 4*0.6/2 + 15*0.6 = 1.2 + 9 = 10.2
-  e = compare.efficiency(a, b)
+  e = compare.efficiency(a, b, curve="commits")
   assert e["train"] == pytest.approx(9.6 / 10.2)
   assert e["test"] is None  # No eval events.
+  # These rows predate step accuracies: the thesis' curve has nothing.
+  assert compare.efficiency(a, b)["train"] is None
+
+
+# The thesis' example of tests/test_metrics.py as commit rows: each window's
+# steps end evenly over it, so a's steps fall at 3, 4 (worker 0's [2, 4]),
+# 6, 9 (worker 1's [3, 9]) and 10, 16 (worker 0's [4, 16]); b's at 0, 2, 4
+# and 8, 11. There E(a, b) = 9.4 / 7.8.
+THESIS_A = [(0, 2, 4, [0.2, 0.4]), (1, 3, 9, [0.6, 0.8]),
+            (0, 4, 16, [1.0, 1.0])]
+THESIS_B = [(0, -2, 4, [0.4, 0.6, 0.8]), (1, 5, 11, [0.8, 0.6])]
+
+
+def test_thesis_efficiency_from_commit_rows(tmp_path):
+  a = compare.read_run(write_run(tmp_path / "a", windows=THESIS_A,
+                                 startup=1.0, sim_scale=2.0))
+  b = compare.read_run(write_run(tmp_path / "b", windows=THESIS_B,
+                                 startup=7.0, sim_scale=2.0))
+  times, values = curves.step_curve(a, "training")
+  np.testing.assert_allclose(times, [3, 4, 6, 9, 10, 16])
+  np.testing.assert_allclose(values, [0.2, 0.4, 0.6, 0.8, 1.0, 1.0])
+  np.testing.assert_allclose(curves.step_curve(a, "wall")[0],
+                             [4, 5, 7, 10, 11, 17])
+  np.testing.assert_allclose(curves.step_curve(b, "simulated")[0],
+                             [0, 4, 8, 16, 22])
+  # Each run counts from its own first step: the start-ups (1 s and 7 s)
+  # change nothing. On simulated time every time is doubled, and so is the
+  # window (5 s is 10 local steps): the same E.
+  for base in ("training", "wall", "simulated"):
+    e = compare.efficiency(a, b, time_base=base)
+    assert e["curve"] == "thesis"
+    assert abs(e["train"] - 9.4 / 7.8) < 1e-9, base
+  # The commits' curve is the earlier one: one sample per commit.
+  assert compare.efficiency(a, b, curve="commits")["train"] == pytest.approx(
+      metrics.temporal_efficiency([4, 9, 16], [0.3, 0.7, 1.0], [4, 11],
+                                  [0.6, 0.7]))
+  with pytest.raises(ValueError, match="curve"):
+    compare.efficiency(a, b, curve="bins")
+  # A malformed list is an error naming the file and line.
+  path = write_run(tmp_path / "c", windows=THESIS_A, extra_lines=[
+      '{"event": "commit", "time": 20, "step_accuracy": [0.5, "x"]}'])
+  with pytest.raises(compare.RunDirError, match="metrics.jsonl:4: field "
+                     "'step_accuracy' is not a list of numbers"):
+    compare.read_run(path)
+
+
+def test_modeled_seconds_are_not_converted_from_steps(tmp_path):
+  # A clock of modeled seconds (--cluster=paper): sim_time = time, so the
+  # thesis' E on the simulated base is the training base's with its 5 s
+  # window (9.4 / 7.8), not one of 10 s (the step counter's 10 steps).
+  a = compare.read_run(write_run(tmp_path / "a", windows=THESIS_A,
+                                 startup=1.0, sim_scale=1.0,
+                                 config=config(cluster="paper")))
+  b = compare.read_run(write_run(tmp_path / "b", windows=THESIS_B,
+                                 startup=7.0, sim_scale=1.0,
+                                 config=config(cluster="paper")))
+  assert curves.sim_unit(a) == "seconds"
+  e = compare.efficiency(a, b, time_base="simulated")
+  assert abs(e["train"] - 9.4 / 7.8) < 1e-9
+  ten = compare.efficiency(a, b, window=10.0, time_base="training")["train"]
+  assert abs(ten - 9.4 / 7.8) > 1e-3
+  result = compare.comparison([a, b], time_base="simulated")
+  assert "5 modeled s" in result["train_curve_description"]
+  # A step counter's run against a modeled one: no shared simulated clock.
+  steps = compare.read_run(write_run(tmp_path / "c", windows=THESIS_B,
+                                     startup=7.0, sim_scale=2.0,
+                                     config=config(cluster="none")))
+  assert compare.efficiency(a, steps)["time_base"] == "training"
+  with pytest.raises(ValueError, match="different units.*c: steps"):
+    compare.efficiency(a, steps, time_base="simulated")
 
 
 def test_efficiency_of_a_run_with_itself_is_exactly_one(tmp_path):
   rng = np.random.default_rng(0)
   times = np.sort(rng.uniform(0, 30, 200))
+  windows = [(k % 3, t, t + 0.5, list(rng.uniform(0, 1, 4)))
+             for k, t in enumerate(times)]
   path = write_run(tmp_path / "a",
                    eval_curve=list(zip(times[::10], rng.uniform(0, 1, 20))),
-                   commit_curve=list(zip(times, rng.uniform(0, 1, 200))))
+                   commit_curve=list(zip(times, rng.uniform(0, 1, 200))),
+                   windows=windows)
   a, again = compare.read_run(path), compare.read_run(path)
-  assert e_only(compare.efficiency(a, a)) == {"test": 1.0, "train": 1.0}
-  assert e_only(compare.efficiency(a, again)) == {"test": 1.0, "train": 1.0}
+  for curve in compare.EFFICIENCY_CURVES:
+    assert e_only(compare.efficiency(a, a, curve=curve)) == {"test": 1.0,
+                                                             "train": 1.0}
+    assert e_only(compare.efficiency(a, again, curve=curve)) == {
+        "test": 1.0, "train": 1.0}
+
+
+def test_convergence_of_runs_read_from_disk(tmp_path):
+  rise = [(0, 0.1), (1, 0.6), (2, 0.95), (3, 0.94)]
+
+  def convergence(name, **kwargs):
+    run = compare.read_run(write_run(tmp_path / name, **kwargs))
+    return curves.convergence(run)
+
+  assert convergence("rise", eval_curve=rise) == "converged"
+  assert convergence("fell", eval_curve=rise + [(4, 0.11)]) == "diverged"
+  # Non-finite anywhere in the center's numbers: diverged, whatever its
+  # accuracy. (JSON rows write NaN and Infinity as Python's json does.)
+  nan_loss = ('{"event": "eval", "time": 4, "clock": 9, "loss": NaN, '
+              '"accuracy": 0.95}')
+  assert convergence("nan", eval_curve=rise,
+                     extra_lines=[nan_loss]) == "diverged"
+  assert convergence("inf", eval_curve=rise, summary={
+      "final_test_loss": float("inf")}) == "diverged"
+  # More commits rejected as non-finite than the books accept.
+  assert convergence("rejected", eval_curve=rise, summary={
+      "num_commits": 3, "rejected_commits": 4}) == "diverged"
+  assert convergence("one_rejected", eval_curve=rise, summary={
+      "num_commits": 10, "rejected_commits": 1}) == "converged"
+  # Chance is 1 / classes: 10 unless the summary says otherwise.
+  assert convergence("ten", eval_curve=[(0, 0.5), (1, 0.9)]) == "converged"
+  assert convergence("two", eval_curve=[(0, 0.5), (1, 0.9)],
+                     summary={"num_classes": 2}) == "inconclusive"
 
 
 def test_truncated_last_line_is_ignored_but_corrupt_middle_line_is_not(
@@ -148,14 +263,26 @@ def test_cli_prints_every_pair_and_draws_the_plot(tmp_path):
   # exactly 1. Old-format runs have one time base, counted from launch.
   blocks = result.stdout.split("\n\n")
   assert blocks[0].startswith("time base: wall"), result.stdout
-  pair_lines = blocks[2].splitlines()[1:]
+  # Each run's convergence, then the rule.
+  run_lines = blocks[1].splitlines()
+  assert [line.split()[-1] for line in run_lines[1:4]] == ["converged"] * 3
+  assert run_lines[4] == f"convergence: {metrics.CONVERGENCE_RULE}"
+  # Which training curve E train is, then E for every pair. These rows have
+  # no step accuracies: the thesis' E train is n/a.
+  assert blocks[2].startswith("E train (thesis): every local step's "
+                              "training accuracy"), blocks[2]
+  pair_lines = blocks[2].splitlines()[2:]
   assert [line.split()[-2] for line in pair_lines] == [
       "0.5000", "1.0000", "2.0000"]
+  assert {line.split()[-1] for line in pair_lines} == {"n/a"}
   assert output.stat().st_size > 0
   numbers = json.loads((tmp_path / "plots" / "cmp.json").read_text())
   assert numbers["time_base"] == "wall"
   assert [r["time_base"] for r in numbers["runs"]] == ["wall"] * 3
   assert [p["test"] for p in numbers["pairs"]] == pytest.approx([0.5, 1, 2])
+  assert numbers["efficiency_curve"] == "thesis"
+  assert numbers["efficiency_window"] == 5.0
+  assert [r["convergence"] for r in numbers["runs"]] == ["converged"] * 3
 
 
 @pytest.mark.parametrize("case", ["missing", "not_a_run", "empty", "one"])
@@ -325,8 +452,9 @@ def test_non_numeric_field_names_file_and_line(tmp_path, bad):
 
 @pytest.mark.parametrize("args", [["--time_base=simulated"],
                                   ["--time_base=cpu"],
-                                  ["--window_seconds=inf"],
-                                  ["--window_seconds=nan"]])
+                                  ["--efficiency_window=inf"],
+                                  ["--efficiency_window=0"],
+                                  ["--efficiency_curve=bins"]])
 def test_cli_bad_time_base_or_window_is_one_line(tmp_path, args):
   a = write_run(tmp_path / "a", eval_curve=[(0, 0.1), (1, 0.2)], startup=1.0)
   b = write_run(tmp_path / "b", eval_curve=[(0, 0.1), (1, 0.2)], startup=1.0)
