@@ -3,57 +3,53 @@
 No processes, files or metrics here: the run bookkeeping drives a `Simulation`
 round by round and writes what it returns.
 
+**The clock.** When each commit happens comes from a time model, never from
+the numbers (`agn_jax.cluster`): each worker computes a window, sends its
+commit, waits for the one FIFO server and receives the center, and an
+`agn_jax.cluster.EventSchedule` gives the commits in the order the server
+applies them, with their times (in seconds of the modeled cluster, or in
+local steps for `--cluster=none`). The numerics follow that order.
+
 **Rounds.** The n workers' parameters and optimizer states are stacked on a
 leading worker axis. One round is one jitted call:
 
-1. every worker due this round runs one communication window with the same
+1. every worker whose next window can run (it holds the center its last
+   commit's reply carried) runs it, with the same
    window kernel the process workers run (`agn_jax.kernel.window_kernel`),
    mapped over the workers as `jax.lax.map(window, workers, batch_size=k)`
    does it, k workers vmapped at a time, but updating the stacked state in
    place (`map_in_place`: `lax.map` would hold a second copy of every
    worker's state); workers not due are masked (skipped when k = 1, computed
    and discarded when vmapped);
-2. the due workers' commits reach the server one by one, in the round's
-   order, through the strategy's own server rule (`strategy.rule.apply`),
-   exactly as the process server applies them: a payload with a non-finite
-   number is rejected (the center and clock stay, the worker starts afresh
-   from the center, as a process worker does), staleness is the server clock
-   at the apply minus the clock of the center the worker last pulled. Each
-   worker follows its strategy's protocol: commit-then-pull strategies (agn,
-   downpour, dynsgd, adag) commit the window's delta, pull the center just
-   after their own commit and run `strategy.pull_fn` on it; pull-then-commit
-   strategies (aeasgd, eamsgd) pull the center just before their commit,
-   commit against it and keep their own parameters (so their staleness is 0).
-   The loop writes back only the leaves a commit and pull change (AGN's delta
-   and Adam's moments stay where they are; a rejected worker's are reset
-   after the round): written back, XLA copied those leaves of all n workers
-   on every commit, 11 % of the run at n = 40.
+2. the next commits of the schedule reach the server one by one, as long
+   as their windows have run (up to a worker's second commit in the round,
+   whose window needs the first one's center), through the strategy's
+   half-steps, as in the processes backend:
+   `strategy.worker_commit`, `strategy.server_apply` (a payload with a
+   non-finite number is rejected: the center and clock stay) and
+   `strategy.worker_receive` (after a rejection, a fresh start from the
+   center). Staleness is the server clock at the apply minus the clock of
+   the center the worker last pulled: before its window, or just now for a
+   strategy that pulls before its commit (staleness 0, nothing lands in
+   between). The loop writes back only the leaves a commit and pull change
+   (AGN's delta and Adam's moments stay where they are; a rejected worker's
+   are reset after the round): XLA copies a written-back leaf of all n
+   workers on every commit.
 
 A worker commits at most once per round, and its next window starts from the
 state its commit left, so any sequence of commits cut into rounds this way is
 simulated exactly: the result depends on the commit order only, never on k or
-on the devices.
+on the devices. A window that ran in one round may be committed in a later
+one (a slow worker's, while a fast one commits twice): every window whose
+center exists runs in the same mapped call.
 
-**Commit orders and simulated time.** Simulated time is counted in local
-steps of a speed-1 worker: a window of a worker with speed `s` lasts `λ / s`;
-commits, pulls and the server take no simulated time.
-
-* `"round_robin"`: homogeneous workers (speed 1) whose windows are evenly
-  staggered; every round is `0, 1, …, n−1`, so after the first round every
-  commit has staleness exactly n − 1. The j-th commit of the run (j from 0)
-  happens at `λ (j + 1) / n`.
-* `"random"`: like round_robin, but each round's order is a permutation
-  seeded by `(seed, round)`; the j-th commit at `λ (j + 1) / n`.
-* `"speeds"`: worker k has speed `s_k` (`worker_speeds`: a list of n positive
-  factors, or a float σ for a log-normal spread `s_k = exp(σ z_k)`, z seeded by
-  `seed`; default σ = 0.5). Worker k's i-th commit (i from 1) happens at
-  `i λ / s_k`. An event queue of these completion times (ties by worker index)
-  decides who commits when; a round takes events in time order until a worker
-  would commit a second time, so a round holds between 1 and n commits, and
-  the others are masked.
-* a sequence of worker indices (replay a given commit order, cut into rounds
-  as above), or a sequence of rounds (each a sequence of distinct worker
-  indices); the j-th commit at `λ (j + 1) / n`.
+**Speed models** (`agn_jax.cluster.parse_speed_model`): `constant` (with
+equal costs the commits go round robin, staleness exactly n − 1 after the
+first round), `lognormal:SIGMA` and `speeds:S0,...` (each worker's own
+speed), `random:SIGMA` and `straggler:P:SLOWDOWN` (each window's own
+duration, so a fast window can lap a slow one), `trace:RUN_DIR` (a
+processes run's window times). A given commit order can be replayed too
+(`commit_order`: a sequence of workers, or of rounds).
 
 **Devices.** The worker axis is sharded over a `jax.sharding.Mesh` with one
 `workers` axis (`NamedSharding(mesh, P("workers"))`): each device runs the
@@ -63,11 +59,9 @@ committing worker's state from its owner (an `all_gather` of one worker's
 state per commit). By default the mesh holds the largest number of local
 devices that divides n (n = 10 on 4 devices uses 2), so no worker is padded.
 k (`workers_per_call`) is per device: by default 1 on CPU, where workers one
-after another keep one model in cache (a `vmap` of 40 paper-MLP Adam steps
-ran at 0.67x one model's speed on a 2-core CPU; here n = 8 paper MLPs at
-λ = 10 ran at 1834 samples/s with k = 1 against 1707 with k = 8, on a busy
-machine), and all of a device's workers on GPU or TPU. `Simulation.info`
-records the choice.
+after another keep one model in cache and run faster than vmapped ones, and
+all of a device's workers on GPU or TPU. `Simulation.info` records the
+choice.
 
 Example:
   >>> import numpy as np
@@ -83,26 +77,21 @@ Example:
   (dtype('float32'), False)
 """
 
-import heapq
-import math
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Union
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
-from agn_jax import build, kernel as kernel_lib, models, strategies
-from agn_jax.runtime import _child
-from agn_jax.runtime.flat import FlatLayout
-# Sampling, shares and the rejection limit exactly as the process workers.
-from agn_jax.runtime.worker import (BatchSampler, MAX_REJECTED_IN_A_ROW,
-                                    shard_bounds, windows_per_worker)
+from agn_jax import build, cluster as cluster_lib, kernel as kernel_lib
+from agn_jax import models, strategies
+from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
+from agn_jax.flat import FlatLayout
+from agn_jax.shares import BatchSampler, shard_bounds, windows_per_worker
 
-COMMIT_ORDERS = ("round_robin", "random", "speeds")
 AXIS = "workers"
-DEFAULT_SPEED_SIGMA = 0.5
-_ORDER_SALT = 0x0D3E5  # Keeps the order's seed apart from the samplers' [seed, k].
 
 
 class CommitRecord(NamedTuple):
@@ -118,9 +107,17 @@ class CommitRecord(NamedTuple):
     loss: the window's mean training loss.
     accuracy: the window's mean training accuracy (nan if the loss has none).
     rejected: the payload had a non-finite number and was not applied.
-    simulated_time: when the commit happened, in local steps of a speed-1
-      worker (see the module docstring).
-    round: the round it belongs to (from 0).
+    simulated_time: when the server had applied it, on the time model's
+      clock (modeled seconds; local steps of a speed-1 worker for the
+      `none` cluster).
+    round: the round it was applied in (from 0).
+    window_start: when the window's first step began, on the same clock.
+    step_accuracy: each local step's training accuracy (float32 values);
+      empty when the loss has none.
+    window_end: when the window's last step was done: its i-th step (from
+      0) ends at `window_start + (i + 1) (window_end − window_start) / λ`.
+      The commit's message and the server's queue come after it.
+    window_round: the round the window ran in (the commit's own or earlier).
   """
   worker: int
   window: int
@@ -131,20 +128,10 @@ class CommitRecord(NamedTuple):
   rejected: bool
   simulated_time: float
   round: int
-
-
-class Diverged(_child.Diverged):
-  """A worker's commits were rejected `MAX_REJECTED_IN_A_ROW` times in a row.
-
-  The process worker's failure of the same name, with the round's records.
-
-  Attributes:
-    records: the commits of the round that ended in the failure.
-  """
-
-  def __init__(self, message: str, records: List[CommitRecord]):
-    super().__init__(message)
-    self.records = records
+  window_start: float = 0.0
+  step_accuracy: Tuple[float, ...] = ()
+  window_end: float = 0.0
+  window_round: int = 0
 
 
 class _Workers(NamedTuple):
@@ -153,8 +140,9 @@ class _Workers(NamedTuple):
   Attributes:
     params: local parameters.
     opt_state: local optimizer state.
-    pulled: the center each worker last pulled, kept only for a commit-then-
-      pull strategy whose `commit_fn` reads it (adag); else None.
+    pulled: the center each worker last pulled, kept only for a strategy
+      that commits against the center it pulled before the window and reads
+      it (adag); else None.
     clock: the server clock of that pull (int32).
   """
   params: Any
@@ -163,143 +151,48 @@ class _Workers(NamedTuple):
   clock: jax.Array
 
 
-# --- Which worker commits when ----------------------------------------------
+def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
+             batch_size: int) -> cluster_lib.Workload:
+  """What one worker computes and sends, for the time model (`agn_jax.cluster`).
 
+  The forward and backward pass's FLOPs are XLA's count for one mini-batch;
+  the optimizer state's size is the worker transformation's.
 
-class _Schedule:
-  """Decides each round's commits: `(worker, simulated_time)` in order."""
-
-  def __init__(self, name, num_workers, window, num_windows, seed):
-    self.name = name
-    self.n = num_workers
-    self.window = window
-    self.num_windows = num_windows
-    self.seed = seed
-
-  def _homogeneous_time(self, commit_index):
-    return self.window * (commit_index + 1) / self.n
-
-  def next_round(self, round_index, windows_done, num_commits):
-    remaining = [k for k in range(self.n) if windows_done[k] < self.num_windows]
-    if self.name == "random":
-      rng = np.random.default_rng([self.seed, _ORDER_SALT, round_index])
-      remaining = [remaining[i] for i in rng.permutation(len(remaining))]
-    return [(k, self._homogeneous_time(num_commits + i))
-            for i, k in enumerate(remaining)]
-
-  def describe(self):
-    return {"commit_order": self.name}
-
-
-class _SpeedSchedule(_Schedule):
-  """Worker k's i-th window ends at `i λ / s_k`; rounds follow the event queue."""
-
-  def __init__(self, num_workers, window, num_windows, seed, speeds):
-    super().__init__("speeds", num_workers, window, num_windows, seed)
-    self.speeds = speeds
-
-  def _end(self, worker, windows):
-    return windows * self.window / self.speeds[worker]
-
-  def next_round(self, round_index, windows_done, num_commits):
-    del round_index, num_commits
-    queue = [(self._end(k, windows_done[k] + 1), k) for k in range(self.n)
-             if windows_done[k] < self.num_windows]
-    heapq.heapify(queue)
-    plan, seen = [], set()
-    while queue:
-      time, k = heapq.heappop(queue)
-      if k in seen:
-        break
-      plan.append((k, time))
-      seen.add(k)
-      done = windows_done[k] + 1
-      if done < self.num_windows:
-        heapq.heappush(queue, (self._end(k, done + 1), k))
-    return plan
-
-  def describe(self):
-    return {"commit_order": "speeds", "worker_speeds": list(self.speeds)}
-
-
-class _ReplaySchedule(_Schedule):
-  """A given commit order: rounds as given, or a flat order cut greedily."""
-
-  def __init__(self, num_workers, window, num_windows, seed, rounds):
-    super().__init__("replay", num_workers, window, num_windows, seed)
-    self.rounds = rounds
-
-  def next_round(self, round_index, windows_done, num_commits):
-    if round_index >= len(self.rounds):
-      return []
-    return [(k, self._homogeneous_time(num_commits + i))
-            for i, k in enumerate(self.rounds[round_index])]
-
-  def describe(self):
-    return {"commit_order": "replay", "rounds": [list(r) for r in self.rounds]}
-
-
-def _replay_rounds(order, num_workers, num_windows):
-  """Validates a replayed order; returns its rounds (lists of distinct workers)."""
-  order = list(order)
-  nested = bool(order) and not isinstance(order[0], (int, np.integer))
-  rounds = []
-  if nested:
-    rounds = [[int(k) for k in r] for r in order]
-  else:
-    for k in (int(k) for k in order):
-      if not rounds or k in rounds[-1]:
-        rounds.append([])
-      rounds[-1].append(k)
-  counts = [0] * num_workers
-  for r in rounds:
-    if not r or len(set(r)) != len(r):
-      raise ValueError(f"commit_order: every round needs distinct workers, "
-                       f"got {r}")
-    for k in r:
-      if not 0 <= k < num_workers:
-        raise ValueError(f"commit_order: worker {k} is not in [0, "
-                         f"{num_workers})")
-      counts[k] += 1
-  over = [k for k in range(num_workers) if counts[k] > num_windows]
-  if over:
-    raise ValueError(f"commit_order: worker {over[0]} commits {counts[over[0]]}"
-                     f" times, but its share holds {num_windows} windows")
-  return rounds
-
-
-def _make_schedule(commit_order, worker_speeds, n, window, num_windows, seed):
-  if isinstance(commit_order, str):
-    if commit_order not in COMMIT_ORDERS:
-      raise ValueError(f"commit_order must be one of {', '.join(COMMIT_ORDERS)}"
-                       f" or a sequence of workers, got {commit_order!r}")
-    if commit_order != "speeds":
-      if worker_speeds is not None:
-        raise ValueError("worker_speeds needs commit_order='speeds', got "
-                         f"commit_order={commit_order!r}")
-      return _Schedule(commit_order, n, window, num_windows, seed)
-    return _SpeedSchedule(n, window, num_windows, seed,
-                          _speeds(worker_speeds, n, seed))
-  if worker_speeds is not None:
-    raise ValueError("worker_speeds needs commit_order='speeds'")
-  return _ReplaySchedule(n, window, num_windows, seed,
-                         _replay_rounds(commit_order, n, num_windows))
-
-
-def _speeds(worker_speeds, n, seed):
-  if worker_speeds is None or isinstance(worker_speeds, (int, float)):
-    sigma = DEFAULT_SPEED_SIGMA if worker_speeds is None else float(
-        worker_speeds)
-    if not sigma >= 0:
-      raise ValueError(f"worker_speeds as a log-normal σ must be >= 0, got "
-                       f"{worker_speeds!r}")
-    z = np.random.default_rng([seed, _ORDER_SALT, 2**31]).standard_normal(n)
-    return [float(s) for s in np.exp(sigma * z)]
-  speeds = [float(s) for s in worker_speeds]
-  if len(speeds) != n or not all(s > 0 and math.isfinite(s) for s in speeds):
-    raise ValueError(f"worker_speeds must be {n} positive numbers (one per "
-                     f"worker) or a σ, got {worker_speeds!r}")
-  return speeds
+  Example:
+    >>> from agn_jax import get_strategy
+    >>> import jax.numpy as jnp, optax
+    >>> loss = lambda p, b: (jnp.sum((b[0] @ p["w"]) ** 2), {})
+    >>> w = workload(get_strategy("agn", communication_window=2,
+    ...                           inner=optax.adam(1e-3)), loss,
+    ...              {"w": jnp.zeros((3, 2))}, np.zeros((8, 3), np.float32),
+    ...              np.zeros(8, np.int32), batch_size=4)
+    >>> w.num_params, w.optimizer_floats, w.payload_vectors
+    (6, 4.0, 1)
+  """
+  center = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), center)
+  num_params = sum(int(np.size(a)) for a in jax.tree.leaves(center))
+  batch = (jax.ShapeDtypeStruct((batch_size,) + np.shape(x_train)[1:],
+                                np.asarray(x_train).dtype),
+           jax.ShapeDtypeStruct((batch_size,) + np.shape(y_train)[1:],
+                                np.asarray(y_train).dtype))
+  grad = jax.jit(jax.grad(lambda p, b: loss_fn(p, b)[0]))
+  flops = 0.0
+  try:
+    cost = grad.lower(center, batch).cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    flops = float((cost or {}).get("flops", 0.0))
+  except Exception:  # pylint: disable=broad-except
+    pass  # A backend without cost analysis: the dense-layer count below.
+  if not flops > 0:
+    flops = 6.0 * num_params * batch_size
+  state = jax.eval_shape(strategy.worker_transform.init, center)
+  floats = sum(int(np.size(a)) for a in jax.tree.leaves(state)
+               if jnp.issubdtype(a.dtype, jnp.floating))
+  return cluster_lib.Workload(
+      num_params=num_params, flops_per_step=flops,
+      optimizer_floats=floats / max(num_params, 1),
+      payload_vectors=len(strategy.payload),
+      pull_before_commit=bool(strategy.pull_before_commit))
 
 
 # --- Devices ----------------------------------------------------------------
@@ -327,9 +220,9 @@ def default_workers_per_call(platform: str, workers_per_device: int) -> int:
   return 1 if platform == "cpu" else workers_per_device
 
 
-def _reads_center(commit_fn, params, opt_state, center) -> bool:
-  """Whether `commit_fn(params, opt_state, center)` reads its `center` at all."""
-  closed = jax.make_jaxpr(commit_fn)(params, opt_state, center)
+def _reads_center(worker_commit, state, center) -> bool:
+  """Whether `worker_commit(state, center)` reads its `center` at all."""
+  closed = jax.make_jaxpr(worker_commit)(state, center)
   jaxpr = closed.jaxpr
   center_vars = jaxpr.invars[len(jaxpr.invars) - len(jax.tree.leaves(center)):]
   used = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
@@ -406,14 +299,21 @@ class Simulation:
       optimizer, n, λ, batch size, epochs and seed are built from it with
       `agn_jax.build` exactly as the process workers build them.
     dataset: an `agn_jax.data.Dataset` (its training split is sharded).
-    commit_order: `"round_robin"`, `"random"`, `"speeds"`, or a sequence of
-      worker indices / of rounds to replay (see the module docstring).
-    worker_speeds: with `"speeds"`: n speed factors, or a float σ of a seeded
-      log-normal spread (None: σ = 0.5).
+    cluster: the `agn_jax.cluster.Cluster` of the time model; None: the
+      preset `config.cluster` names (`this_host` has none: it is measured,
+      `agn_jax.runtime.calibration.this_host`). The speed model, seed and
+      the bandwidth, latency and apply overrides are the config's.
+    commit_order: None, or a commit order to replay instead of the time
+      model's: a sequence of worker indices, or of rounds (each a sequence
+      of distinct workers, applied in one round).
     workers_per_call: k, workers vmapped at a time on each device (None: 1 on
       CPU, all of a device's workers on GPU/TPU).
     mesh: a `Mesh` with one axis named `"workers"` whose size divides n
       (None: `default_mesh(n)`).
+
+  Raises:
+    ValueError: one line, for a setting the time model cannot take (see
+      `agn_jax.cluster.time_model`) or a bad replayed order.
 
   Example:
     >>> from agn_jax import TrainConfig
@@ -421,17 +321,17 @@ class Simulation:
     >>> ds = load_synthetic(size=300, seed=0)
     >>> config = TrainConfig(strategy="aeasgd", num_workers=2,
     ...                      communication_window=2, hidden_sizes=(8,),
-    ...                      batch_size=4, epochs=0.2)
-    >>> sim = Simulation(config, ds, commit_order="speeds",
-    ...                  worker_speeds=[2.0, 1.0])
+    ...                      batch_size=4, epochs=0.2,
+    ...                      speed_model="speeds:2,1")
+    >>> sim = Simulation(config, ds)
     >>> [(r.worker, r.simulated_time) for r in sim.run_round()]
     [(0, 1.0)]
     >>> loss, accuracy = sim.evaluate(ds.x_test, ds.y_test)
   """
 
   def __init__(self, config, dataset, *,
-               commit_order: Union[str, Sequence] = "round_robin",
-               worker_speeds: Union[None, float, Sequence[float]] = None,
+               cluster: Optional[cluster_lib.Cluster] = None,
+               commit_order: Optional[Sequence] = None,
                workers_per_call: Optional[int] = None,
                mesh: Optional[Mesh] = None):
     strategy = build.build_strategy(config)
@@ -439,19 +339,33 @@ class Simulation:
                                        dataset.input_shape)
     center = build.initial_center(config, model,
                                   int(np.prod(dataset.input_shape)))
+    if cluster is None:
+      cluster = cluster_lib.preset(config.cluster)
+
+    def time_model(work: Callable[[], cluster_lib.Workload]):
+      return cluster_lib.time_model(
+          cluster, work() if cluster.unit != "steps" else
+          cluster_lib.Workload(0, pull_before_commit=
+                               strategy.pull_before_commit),
+          num_workers=config.num_workers,
+          communication_window=config.communication_window,
+          speed_model=config.speed_model, seed=config.seed,
+          bandwidth_gbps=config.bandwidth_gbps, latency_ms=config.latency_ms,
+          server_apply_ms=config.server_apply_ms)
+
     self._setup(strategy, loss_fn, center, dataset.x_train, dataset.y_train,
                 num_workers=config.num_workers, batch_size=config.batch_size,
-                epochs=config.epochs, seed=config.seed,
-                commit_order=commit_order, worker_speeds=worker_speeds,
-                workers_per_call=workers_per_call, mesh=mesh,
-                apply_fn=model.apply)
+                epochs=config.epochs, seed=config.seed, time_model=time_model,
+                commit_order=commit_order, workers_per_call=workers_per_call,
+                mesh=mesh, apply_fn=model.apply)
 
   @classmethod
   def from_parts(cls, strategy: strategies.Strategy, loss_fn, initial_center,
                  x_train, y_train, *, num_workers: int, batch_size: int,
                  epochs: float, seed: int = 0,
-                 commit_order: Union[str, Sequence] = "round_robin",
-                 worker_speeds=None, workers_per_call=None, mesh=None,
+                 time_model: Optional[cluster_lib.TimeModel] = None,
+                 commit_order: Optional[Sequence] = None,
+                 workers_per_call=None, mesh=None,
                  apply_fn=None) -> "Simulation":
     """A simulation of any strategy and loss, without a `TrainConfig`.
 
@@ -464,26 +378,42 @@ class Simulation:
       num_workers: n.
       batch_size: mini-batch size of a local step.
       epochs: epochs' worth of data over all workers (`windows_per_worker`).
-      seed: seeds the samplers (`[seed, k]`) and the orders.
-      commit_order, worker_speeds, workers_per_call, mesh: as for the
-        constructor.
+      seed: seeds the samplers (`[seed, k]`).
+      time_model: an `agn_jax.cluster.TimeModel` of n workers and this
+        strategy's λ; None: the step counter (`none` cluster, constant
+        speeds).
+      commit_order, workers_per_call, mesh: as for the constructor.
       apply_fn: `apply_fn(center, x) -> logits`, for `evaluate`; optional.
 
     Returns:
       The `Simulation`.
     """
+    lam = strategy.communication_window
+    if time_model is None:
+      time_model = cluster_lib.TimeModel(
+          1.0, 0.0, 0.0, 0.0, num_workers=num_workers,
+          communication_window=lam,
+          pull_before_commit=strategy.pull_before_commit, cluster="none",
+          unit="steps")
+    if (time_model.num_workers, time_model.communication_window,
+        time_model.pull_before_commit) != (num_workers, lam,
+                                           strategy.pull_before_commit):
+      raise ValueError(
+          f"time_model is of {time_model.num_workers} workers, λ = "
+          f"{time_model.communication_window}, pull_before_commit="
+          f"{time_model.pull_before_commit}; the simulation has {num_workers}"
+          f", {lam}, {strategy.pull_before_commit}")
     sim = cls.__new__(cls)
     sim._setup(strategy, loss_fn, initial_center, x_train, y_train,
                num_workers=num_workers, batch_size=batch_size, epochs=epochs,
-               seed=seed, commit_order=commit_order,
-               worker_speeds=worker_speeds,
-               workers_per_call=workers_per_call, mesh=mesh,
-               apply_fn=apply_fn)
+               seed=seed, time_model=lambda work: time_model,
+               commit_order=commit_order, workers_per_call=workers_per_call,
+               mesh=mesh, apply_fn=apply_fn)
     return sim
 
   def _setup(self, strategy, loss_fn, initial_center, x_train, y_train, *,
-             num_workers, batch_size, epochs, seed, commit_order,
-             worker_speeds, workers_per_call, mesh, apply_fn):
+             num_workers, batch_size, epochs, seed, time_model, commit_order,
+             workers_per_call, mesh, apply_fn):
     n = num_workers
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
       raise ValueError(f"num_workers must be an integer >= 1, got {n!r}")
@@ -504,8 +434,14 @@ class Simulation:
     for start, stop in self._bounds:
       if stop <= start:
         raise ValueError("a worker's shard is empty; use fewer workers")
-    self._schedule = _make_schedule(commit_order, worker_speeds, n, lam,
-                                    self.num_windows, seed)
+    self.time_model = time_model(lambda: workload(
+        strategy, loss_fn, initial_center, x_train, y_train, batch_size))
+    if commit_order is not None:
+      self._schedule = cluster_lib.ReplaySchedule(commit_order, n,
+                                                  self.num_windows)
+    else:
+      self._schedule = cluster_lib.EventSchedule(self.time_model,
+                                                 self.num_windows)
     self._apply_fn = apply_fn
 
     # Devices and k.
@@ -532,10 +468,10 @@ class Simulation:
     self.layout = FlatLayout.from_tree(initial_center)
     center = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32),
                           initial_center)
-    params0, opt0 = strategy.init_worker(center)
     self._keeps_pulled = (
-        strategy.protocol == strategies.COMMIT_THEN_PULL and
-        _reads_center(strategy.commit_fn, params0, opt0, center))
+        not strategy.pull_before_commit and
+        _reads_center(strategy.worker_commit, strategy.init_worker(center),
+                      center))
     self._x = jax.device_put(x_train, self._replicated)
     self._y = jax.device_put(y_train, self._replicated)
     self._center = jax.device_put(center, self._replicated)
@@ -551,7 +487,10 @@ class Simulation:
     self._num_commits = 0
     self._rejected = 0
     self._simulated_time = 0.0
-    self._windows_done = [0] * n
+    self._windows_done = [0] * n  # Committed.
+    self._windows_run = [0] * n  # Computed: one more while a commit waits.
+    # A window that ran but is not committed yet: its metrics and round.
+    self._pending: List[Optional[tuple]] = [None] * n
     self._rejected_in_a_row = [0] * n
     self._samplers = self._fresh_samplers()
 
@@ -574,7 +513,7 @@ class Simulation:
       sampler = BatchSampler(stop - start,
                              np.random.default_rng([self.seed, k]))
       # Where a restarted process worker resumes: its share so far, skipped.
-      sampler.skip(self._windows_done[k] * self.communication_window *
+      sampler.skip(self._windows_run[k] * self.communication_window *
                    self.batch_size)
       samplers.append(sampler)
     return samplers
@@ -584,20 +523,22 @@ class Simulation:
 
     After a round whose commit was rejected: the commit loop already set such
     a worker's parameters (and every leaf it rewrites) to the center and its
-    fresh values; this resets the leaves it left untouched, so the worker is
-    `strategy.init_worker(center)` exactly, as a restarted process worker is.
+    fresh values; this resets the leaves it left untouched, so the worker's
+    state is exactly what `strategy.worker_receive` gives a rejected worker,
+    as in a process worker.
     """
-    init = jax.vmap(self.strategy.init_worker)
+    strategy = self.strategy
+    fresh_start = jax.vmap(
+        lambda state: strategy.worker_receive(state, state.params, False))
 
     def restart(workers, mask):
-      fresh = init(workers.params)
+      state = strategies.WorkerState(workers.params, workers.opt_state)
 
       def pick(new, old):
         where = mask.reshape(mask.shape + (1,) * (old.ndim - 1))
         return jnp.where(where, new, old)
 
-      params, opt_state = jax.tree.map(pick, fresh,
-                                       (workers.params, workers.opt_state))
+      params, opt_state = jax.tree.map(pick, fresh_start(state), state)
       return workers._replace(params=params, opt_state=opt_state)
 
     return jax.jit(restart, donate_argnums=0, out_shardings=self._sharded)
@@ -609,7 +550,6 @@ class Simulation:
     k = self.workers_per_call
     sharded = self.mesh.size > 1
     per_device = self.num_workers // self.mesh.size
-    commit_then_pull = strategy.protocol == strategies.COMMIT_THEN_PULL
     keeps_pulled = self._keeps_pulled
 
     def windows(workers, indices, due, x, y):
@@ -624,17 +564,22 @@ class Simulation:
           loss = jnp.mean(metrics["loss"]).astype(jnp.float32)
           accuracy = (jnp.mean(metrics["accuracy"]).astype(jnp.float32)
                       if "accuracy" in metrics else jnp.float32(jnp.nan))
+          # Each step's accuracy, [λ] (or [0] when the loss has none).
+          steps = metrics.get("accuracy", jnp.zeros(0)).astype(jnp.float32)
           return (w._replace(params=result.params,
-                             opt_state=result.opt_state), (loss, accuracy))
+                             opt_state=result.opt_state),
+                  (loss, accuracy, steps))
 
         def skip(w):
-          return w, (jnp.float32(jnp.nan), jnp.float32(jnp.nan))
+          shapes = jax.eval_shape(run, w)[1]
+          return w, jax.tree.map(
+              lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
 
         return jax.lax.cond(is_due, run, skip, w)
 
-      workers, (loss, accuracy) = map_in_place(one, workers, (indices, due),
-                                               batch_size=k)
-      return workers, loss, accuracy
+      workers, (loss, accuracy, steps) = map_in_place(
+          one, workers, (indices, due), batch_size=k)
+      return workers, loss, accuracy, steps
 
     def take(workers, worker):
       """Worker `worker`'s state, on every device."""
@@ -651,8 +596,8 @@ class Simulation:
       A leaf the commit and pull left as they were (the very array `take`
       returned, e.g. AGN's delta) is not written back: XLA cannot order a
       write into a stacked leaf after the other reads of it in the same
-      iteration, and copied the whole stacked leaf (n models) on every
-      commit when it was.
+      iteration, and copies the whole stacked leaf (n models) on every
+      commit when it is.
       """
       def write(a, v, t):
         if v is t:
@@ -665,56 +610,45 @@ class Simulation:
 
       return jax.tree.map(write, workers, value, taken)
 
-    def select(pred, on_true, on_false):
-      return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true,
-                          on_false)
-
     def commit_one(i, carry):
-      """The server applies the i-th commit of the round; its worker pulls."""
+      """The i-th commit of the round, through the strategy's half-steps."""
       workers, center, server, rec = carry
       worker = rec["order"][i]
       w = take(workers, worker)
-      if commit_then_pull:
-        pulled = w.pulled if keeps_pulled else center
-        commit, params, opt_state = strategy.commit_fn(w.params, w.opt_state,
-                                                       pulled)
-        staleness = server.clock - w.clock
-      else:  # Pull now, commit against it: nothing lands in between.
-        commit, params, opt_state = strategy.commit_fn(w.params, w.opt_state,
-                                                       center)
-        staleness = jnp.zeros_like(server.clock)
-      payload = {key: commit[key] for key in strategy.payload}
-      finite = jnp.all(jnp.stack(
-          [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(payload)]))
-      applied = strategy.rule.apply(center, payload, server, staleness)
-      center, server = select(finite, applied, (center, server))
-      if commit_then_pull:
-        params, opt_state = strategy.pull_fn(params, opt_state, center)
-      # A rejected worker starts afresh from the center, like a process
-      # worker: its optimizer state may be what diverged. Here the leaves
-      # the commit and pull rewrite anyway (the parameters always) take
-      # their fresh values; `_restart` resets the rest after the round.
-      fresh_params, fresh_opt_state = strategy.init_worker(center)
-      params = jax.tree.map(lambda new, init: jnp.where(finite, new, init),
-                            params, fresh_params)
-      opt_state = jax.tree.map(
-          lambda new, old, init: new if new is old else jnp.where(
-              finite, new, init), opt_state, w.opt_state, fresh_opt_state)
-      w_new = _Workers(params, opt_state, center if keeps_pulled else None,
-                       server.clock)
+      if strategy.pull_before_commit:  # Nothing lands between pull and commit.
+        pulled, pulled_clock = center, server.clock
+      else:
+        pulled, pulled_clock = (w.pulled if keeps_pulled else center), w.clock
+      staleness = server.clock - pulled_clock
+      payload, state = strategy.worker_commit(
+          strategies.WorkerState(w.params, w.opt_state), pulled)
+      center, server, accepted = strategy.server_apply(center, server, payload,
+                                                       staleness)
+      # A pull costs nothing here: every worker receives the new center.
+      received = strategy.worker_receive(state, center, accepted)
+      # An optimizer-state leaf that an accepted commit and pull leave as it
+      # was (AGN's delta, Adam's moments) keeps its old array, so `put` does
+      # not write it back; `_restart` resets it after the round for a
+      # rejected worker.
+      kept = strategy.worker_receive(state, center, True)
+      opt_state = jax.tree.map(lambda new, k, old: old if k is old else new,
+                               received.opt_state, kept.opt_state, w.opt_state)
+      w_new = _Workers(received.params, opt_state,
+                       center if keeps_pulled else None, server.clock)
       workers = put(workers, worker, w_new, w)
       rec = dict(rec,
                  clock=rec["clock"].at[i].set(server.clock),
                  staleness=rec["staleness"].at[i].set(staleness),
-                 rejected=rec["rejected"].at[i].set(~finite))
+                 rejected=rec["rejected"].at[i].set(~accepted))
       return workers, center, server, rec
 
     def round_fn(workers, center, server, indices, due, order, num_commits,
                  x, y):
-      workers, loss, accuracy = windows(workers, indices, due, x, y)
+      workers, loss, accuracy, steps = windows(workers, indices, due, x, y)
       if sharded:
         loss = jax.lax.all_gather(loss, AXIS, tiled=True)
         accuracy = jax.lax.all_gather(accuracy, AXIS, tiled=True)
+        steps = jax.lax.all_gather(steps, AXIS, tiled=True)
       slots = order.shape[0]
       rec = {"order": order,
              "clock": jnp.zeros(slots, jnp.int32),
@@ -722,8 +656,9 @@ class Simulation:
              "rejected": jnp.zeros(slots, bool)}
       workers, center, server, rec = jax.lax.fori_loop(
           0, num_commits, commit_one, (workers, center, server, rec))
-      records = (rec["clock"], rec["staleness"], loss[order], accuracy[order],
-                 rec["rejected"])
+      # The windows' metrics by worker: a window's commit may come later.
+      records = (rec["clock"], rec["staleness"], loss, accuracy,
+                 rec["rejected"], steps)
       return workers, center, server, records
 
     if sharded:
@@ -741,13 +676,17 @@ class Simulation:
 
   @property
   def done(self) -> bool:
-    """Whether no worker has a window left (or a replayed order is used up)."""
-    return not self._schedule.next_round(self._round, self._windows_done,
-                                         self._num_commits)
+    """Whether no commit is left (every share is done, or a replay is used up)."""
+    return self._schedule.peek() is None
+
+  def _describe_clock(self) -> Dict[str, Any]:
+    if isinstance(self._schedule, cluster_lib.ReplaySchedule):
+      return {"time_model": self._schedule.describe()}
+    return {"time_model": self.time_model.describe()}
 
   @property
   def info(self) -> Dict[str, Any]:
-    """How the simulation runs: platform, devices, k, commit order."""
+    """How the simulation runs: platform, devices, k, the time model."""
     return {
         "platform": self.mesh.devices.flat[0].platform,
         "num_devices": int(self.mesh.size),
@@ -755,8 +694,19 @@ class Simulation:
         "workers_per_call": self.workers_per_call,
         "windows_per_worker": self.num_windows,
         "keeps_pulled_center": self._keeps_pulled,
-        **self._schedule.describe(),
+        **self._describe_clock(),
     }
+
+  def _plan(self) -> List[cluster_lib.ScheduledCommit]:
+    """The round's commits: the schedule's next ones, up to a worker's second."""
+    plan, seen = [], set()
+    while True:
+      commit = self._schedule.peek()
+      if (commit is None or commit.worker in seen or
+          (commit.barrier and plan)):
+        return plan
+      plan.append(self._schedule.pop())
+      seen.add(commit.worker)
 
   def run_round(self) -> List[CommitRecord]:
     """Runs one round; returns its commits in the order the server applied them.
@@ -768,36 +718,50 @@ class Simulation:
       Diverged: a worker's commits were rejected `MAX_REJECTED_IN_A_ROW`
         times in a row (each time from a fresh start at the center).
     """
-    plan = self._schedule.next_round(self._round, self._windows_done,
-                                     self._num_commits)
+    n, lam, batch = self.num_workers, self.communication_window, self.batch_size
+    # Every worker that holds its center runs its window now, whenever its
+    # commit comes.
+    due = np.array([self._pending[k] is None and
+                    self._windows_run[k] < self.num_windows
+                    for k in range(n)])
+    plan = self._plan()
     if not plan:
       return []
-    n, lam, batch = self.num_workers, self.communication_window, self.batch_size
     indices = np.zeros((n, lam, batch), np.int32)
-    due = np.zeros(n, bool)
     order = np.zeros(n, np.int32)
-    for i, (k, _) in enumerate(plan):
-      order[i], due[k] = k, True
+    for k in np.flatnonzero(due):
       indices[k] = (self._samplers[k].take(lam * batch).reshape(lam, batch) +
                     self._bounds[k][0])
+    for i, c in enumerate(plan):
+      order[i] = c.worker
     self._workers, self._center, self._server, out = self._round_fn(
         self._workers, self._center, self._server,
         jax.device_put(indices, self._sharded),
         jax.device_put(due, self._sharded), order, np.int32(len(plan)),
         self._x, self._y)
-    clock, staleness, loss, accuracy, rejected = (np.asarray(a) for a in out)
+    clock, staleness, loss, accuracy, rejected, steps = (np.asarray(a)
+                                                         for a in out)
+    for k in np.flatnonzero(due):
+      self._pending[k] = (float(loss[k]), float(accuracy[k]),
+                          tuple(steps[k].tolist()), self._round)
+      self._windows_run[k] += 1
     if rejected[:len(plan)].any():
       mask = np.zeros(n, bool)
       mask[order[:len(plan)][rejected[:len(plan)]]] = True
       self._workers = self._restart_fn(self._workers,
                                        jax.device_put(mask, self._sharded))
     records = []
-    for i, (k, time) in enumerate(plan):
+    for i, c in enumerate(plan):
+      k = c.worker
+      window_loss, window_accuracy, window_steps, ran = self._pending[k]
+      self._pending[k] = None
       records.append(CommitRecord(
           worker=k, window=self._windows_done[k], clock=int(clock[i]),
-          staleness=int(staleness[i]), loss=float(loss[i]),
-          accuracy=float(accuracy[i]), rejected=bool(rejected[i]),
-          simulated_time=float(time), round=self._round))
+          staleness=int(staleness[i]), loss=window_loss,
+          accuracy=window_accuracy, rejected=bool(rejected[i]),
+          simulated_time=float(c.applied), round=self._round,
+          window_start=float(c.window_start), step_accuracy=window_steps,
+          window_end=float(c.window_end), window_round=ran))
       self._windows_done[k] += 1
       self._rejected += int(rejected[i])
       self._rejected_in_a_row[k] = (self._rejected_in_a_row[k] + 1
@@ -858,8 +822,19 @@ class Simulation:
 
   @property
   def simulated_time(self) -> float:
-    """When the last commit so far happened, in simulated time (0 before the first)."""
+    """When the last commit so far happened, on the time model's clock (0 before the first)."""
     return self._simulated_time
+
+  @property
+  def windows_run(self) -> int:
+    """Windows computed so far, all workers together (committed or not)."""
+    return sum(self._windows_run)
+
+  @property
+  def oldest_waiting_round(self) -> Optional[int]:
+    """The round of the oldest window that ran and awaits its commit (None: none)."""
+    rounds = [p[3] for p in self._pending if p is not None]
+    return min(rounds) if rounds else None
 
   @property
   def clock(self) -> int:
@@ -880,12 +855,15 @@ class Simulation:
       a leading axis of n), `center` the center pytree, `server_state` the
       rule's `ServerState`. `meta` is JSON-able: `round`, `num_commits`
       (applied and rejected), `clock` (applied), `rejected_commits`,
-      `windows_done` and `rejected_in_a_row` (per worker),
-      `simulated_time` (of the last commit), `num_workers`, and the
-      commit order (`commit_order`, plus `worker_speeds` or `rounds`). The
+      `windows_done` (committed), `windows_run` (computed),
+      `rejected_in_a_row` and `pending` (per worker: a window that ran but
+      is not committed yet, `[loss, accuracy, step accuracies, round]`, or
+      None), `simulated_time` (of the last commit), `num_workers`,
+      `schedule` (the clock's position, `EventSchedule.state`) and
+      `time_model` (`TimeModel.describe`, or a replay's rounds). The
       samplers are not stored: like a restarted process worker, `restore`
       re-seeds each with `[seed, k]` and skips the samples of its
-      `windows_done` windows; the random order is seeded per round.
+      `windows_run` windows; the speed draws are seeded per window.
     """
     meta = {
         "round": self._round,
@@ -893,10 +871,14 @@ class Simulation:
         "clock": self.clock,
         "rejected_commits": self._rejected,
         "windows_done": list(self._windows_done),
+        "windows_run": list(self._windows_run),
+        "pending": [None if p is None else [p[0], p[1], list(p[2]), p[3]]
+                    for p in self._pending],
         "rejected_in_a_row": list(self._rejected_in_a_row),
         "simulated_time": self._simulated_time,
         "num_workers": self.num_workers,
-        **self._schedule.describe(),
+        "schedule": self._schedule.state(),
+        **self._describe_clock(),
     }
     return {"arrays": jax.tree.map(np.asarray, self._arrays()), "meta": meta}
 
@@ -912,13 +894,19 @@ class Simulation:
       ValueError: the state belongs to a different simulation.
     """
     meta = state["meta"]
-    mine = self._schedule.describe()
-    if meta.get("num_workers") != self.num_workers or any(
-        meta.get(key) != value for key, value in mine.items()):
+
+    def clock(model):
+      model = model if isinstance(model, dict) else {}
+      return ", ".join(f"{key} {model.get(key)}" for key in (
+          "cluster", "speed_model", "rounds") if key in model)
+
+    theirs, mine = clock(meta.get("time_model")), clock(
+        self._describe_clock()["time_model"])
+    if meta.get("num_workers") != self.num_workers or theirs != mine:
       raise ValueError(
-          f"the state is of {meta.get('num_workers')} workers with "
-          f"commit_order {meta.get('commit_order')!r}; this simulation has "
-          f"{self.num_workers} with {mine['commit_order']!r}")
+          f"the state is of {meta.get('num_workers')} workers on the clock "
+          f"({theirs or 'none recorded'}); this simulation has "
+          f"{self.num_workers} on ({mine})")
     leaves = jax.tree.leaves(state["arrays"])
     template = jax.tree.leaves(self._arrays())
     if len(leaves) != len(template) or any(
@@ -935,5 +923,10 @@ class Simulation:
     self._rejected = int(meta["rejected_commits"])
     self._simulated_time = float(meta["simulated_time"])
     self._windows_done = [int(w) for w in meta["windows_done"]]
+    self._windows_run = [int(w) for w in meta["windows_run"]]
+    self._pending = [None if p is None else
+                     (float(p[0]), float(p[1]), tuple(float(a) for a in p[2]),
+                      int(p[3])) for p in meta["pending"]]
     self._rejected_in_a_row = [int(w) for w in meta["rejected_in_a_row"]]
+    self._schedule.restore(meta["schedule"])
     self._samplers = self._fresh_samplers()

@@ -1,9 +1,11 @@
 """The simulated backend's engine against independent references.
 
 n = 1 against `optax.lookahead` run by hand; an n = 3 schedule of every
-strategy against the numpy pseudo-code of `strategy_reference`; staleness of
-round_robin; speeds; rejection; determinism and restore; sharded against
-unsharded in a subprocess with 4 forced host devices.
+strategy against the numpy pseudo-code of `strategy_reference`; the clock's
+orders (constant speeds: staleness n − 1; per-worker speeds; lognormal
+speeds whose fast workers lap slow ones; a FIFO server whose queue shows in
+the times); rejection; determinism and restore; sharded against unsharded in
+a subprocess with 4 forced host devices.
 """
 
 import json
@@ -21,9 +23,11 @@ import numpy as np
 import optax
 
 from agn_jax import TrainConfig, build, get_strategy
+from agn_jax.cluster import TimeModel
 from agn_jax.data import load_synthetic
-from agn_jax.runtime.worker import BatchSampler, shard_bounds
-from agn_jax.simulator import Simulation, Diverged
+from agn_jax.errors import Diverged
+from agn_jax.shares import BatchSampler, shard_bounds
+from agn_jax.simulator import Simulation
 
 import strategy_reference as ref
 
@@ -47,11 +51,17 @@ def _flat(tree):
 
 
 def _strategy(name, window=ref.WINDOW):
-  inner = (optax.sgd(ref.LR, momentum=0.9) if name == "eamsgd" else
-           optax.sgd(ref.LR))
-  extra = {"rho": 5.0} if name in ("aeasgd", "eamsgd") else {}
-  return get_strategy(name, communication_window=window, inner=inner,
-                      learning_rate=ref.LR, **extra)
+  """`name` with the reference's settings and local optimizer."""
+  kwargs = dict(communication_window=window, learning_rate=ref.LR)
+  if name in ref.ELASTIC:
+    kwargs.update(rho=ref.RHO, elastic_learning_rate=ref.ELASTIC_LR)
+  if name == "aeasgd":
+    kwargs.update(inner=optax.adam(ref.LR))
+  elif name == "eamsgd":  # Its Nesterov steps are its own.
+    kwargs.update(momentum=ref.MOMENTUM)
+  else:
+    kwargs.update(inner=optax.sgd(ref.LR))
+  return get_strategy(name, **kwargs)
 
 
 def _reference_dataset(windows_per_worker=4):
@@ -82,6 +92,15 @@ def _quadratic_sim(strategy, num_workers, x, epochs=1.0, **kwargs):
 
 def _run(sim):
   return [r for records in sim for r in records]
+
+
+def _model(strategy, n, speed_model="constant", step=1.0, commit=0.0, pull=0.0,
+           apply=0.0, seed=0):
+  """A time model of explicit costs for `strategy` and n workers."""
+  return TimeModel(step, commit, pull, apply, num_workers=n,
+                   communication_window=strategy.communication_window,
+                   speed_model=speed_model, seed=seed,
+                   pull_before_commit=strategy.pull_before_commit)
 
 
 def _tiny_config(**overrides):
@@ -142,8 +161,9 @@ class ScheduleTest(parameterized.TestCase):
       _quadratic_sim(_strategy("agn"), 3, x, commit_order=[[0, 0]])
     with self.assertRaisesRegex(ValueError, "4 windows"):
       _quadratic_sim(_strategy("agn"), 3, x, commit_order=[0] * 5)
-    with self.assertRaisesRegex(ValueError, "commit_order must be"):
-      _quadratic_sim(_strategy("agn"), 3, x, commit_order="fifo")
+    with self.assertRaisesRegex(ValueError, "commit_order must be a "
+                                "sequence.*speed models"):
+      _quadratic_sim(_strategy("agn"), 3, x, commit_order="random")
 
 
 class OneWorkerTest(absltest.TestCase):
@@ -196,16 +216,22 @@ class CommitOrderTest(parameterized.TestCase):
     self.assertEqual([r.worker for r in records], list(range(n)) * 3)
     self.assertEqual([r.staleness for r in records[:n]], list(range(n)))
     self.assertEqual({r.staleness for r in records[n:]}, {n - 1})
-    # Evenly staggered windows of λ = 2 simulated steps each.
-    np.testing.assert_allclose([r.simulated_time for r in records],
-                               2 * np.arange(1, 3 * n + 1) / n)
+    # The step counter: every worker's window of λ = 2 steps ends at 2, 4,
+    # 6, and messages and the server take no time.
+    times = np.repeat([2.0, 4.0, 6.0], n)
+    np.testing.assert_allclose([r.simulated_time for r in records], times)
+    np.testing.assert_allclose([r.window_end for r in records], times)
+    np.testing.assert_allclose([r.window_start for r in records], times - 2)
+    # The quadratic loss has no accuracy: no step accuracies.
+    self.assertEqual({r.step_accuracy for r in records}, {()})
 
   def test_speeds(self):
     # Worker 0 is twice as fast as worker 1; each has 20 windows.
     x = np.random.default_rng(0).normal(size=(2 * 40, ref.DIM)).astype(
         np.float32)
-    sim = _quadratic_sim(_strategy("dynsgd", window=2), 2, x,
-                         commit_order="speeds", worker_speeds=[2.0, 1.0])
+    strategy = _strategy("dynsgd", window=2)
+    sim = _quadratic_sim(strategy, 2, x,
+                         time_model=_model(strategy, 2, "speeds:2,1"))
     records = _run(sim)
     both = [r for r in records if r.simulated_time <= 20.0]  # 0 finishes.
     self.assertEqual(sum(r.worker == 0 for r in both), 20)
@@ -214,9 +240,16 @@ class CommitOrderTest(parameterized.TestCase):
     for k, speed in ((0, 2.0), (1, 1.0)):
       times = [r.simulated_time for r in records if r.worker == k]
       np.testing.assert_allclose(times, 2 * np.arange(1, 21) / speed)
+      # Each window starts where the worker's previous one ended.
+      starts = [r.window_start for r in records if r.worker == k]
+      np.testing.assert_allclose(starts, 2 * np.arange(20) / speed)
     times = [r.simulated_time for r in records]
     self.assertEqual(times, sorted(times))
-    self.assertEqual(sim.info["worker_speeds"], [2.0, 1.0])
+    self.assertEqual(sim.info["time_model"]["worker_speeds"], [2.0, 1.0])
+    # Worker 1's windows wait for their commits while worker 0 commits
+    # twice: each ran in the round before its commit.
+    self.assertTrue(any(r.window_round < r.round for r in records
+                        if r.worker == 1))
 
   def test_lognormal_speeds_masked_and_vmapped(self):
     # A seeded spread; k = 1 (masked workers skipped) and k = n (masked
@@ -225,12 +258,13 @@ class CommitOrderTest(parameterized.TestCase):
     x = np.random.default_rng(1).normal(size=(n * 12, ref.DIM)).astype(
         np.float32)
     runs = []
+    strategy = _strategy("adag", window=2)
     for k in (1, n):
-      sim = _quadratic_sim(_strategy("adag", window=2), n, x,
-                           commit_order="speeds", workers_per_call=k)
+      sim = _quadratic_sim(strategy, n, x, workers_per_call=k,
+                           time_model=_model(strategy, n, "lognormal:0.5"))
       records = _run(sim)
       runs.append((records, sim.center()))
-    speeds = sim.info["worker_speeds"]
+    speeds = sim.info["time_model"]["worker_speeds"]
     self.assertLen(set(speeds), n)
     (r1, c1), (r2, c2) = runs
     self.assertEqual([r.worker for r in r1], [r.worker for r in r2])
@@ -239,6 +273,73 @@ class CommitOrderTest(parameterized.TestCase):
     self.assertGreater(len({r.round for r in r1}), 6)  # Some rounds masked.
     fastest = int(np.argmax(speeds))
     self.assertEqual(r1[0].worker, fastest)
+
+
+class ClockTest(absltest.TestCase):
+  """The time model's schedule drives the numerics (agn_jax.cluster)."""
+
+  def test_round_robin_through_a_fifo_server(self):
+    # Constant speeds, a window of λ = 2 steps of 0.5 s, a commit of 0.1 s,
+    # an apply of 0.2 s, a pull of 0.3 s. All n windows end at 1.0 and
+    # arrive at 1.1; the server applies them one by one: worker k at
+    # 1.1 + 0.2 (k + 1). Worker k's next window starts when its center
+    # arrives, 0.3 s later, so the order (and staleness n − 1) repeats.
+    n = 4
+    strategy = _strategy("agn", window=2)
+    x = np.random.default_rng(0).normal(size=(n * 6, ref.DIM)).astype(
+        np.float32)
+    sim = _quadratic_sim(strategy, n, x, time_model=_model(
+        strategy, n, step=0.5, commit=0.1, pull=0.3, apply=0.2))
+    records = _run(sim)
+    self.assertEqual([r.worker for r in records], list(range(n)) * 3)
+    self.assertEqual([r.staleness for r in records[n:]], [n - 1] * 2 * n)
+    first = [1.1 + 0.2 * (k + 1) for k in range(n)]
+    np.testing.assert_allclose([r.simulated_time for r in records[:n]], first)
+    second_start = [t + 0.3 for t in first]
+    np.testing.assert_allclose([r.window_start for r in records[n:2 * n]],
+                               second_start)
+    np.testing.assert_allclose([r.window_end for r in records[n:2 * n]],
+                               [t + 1.0 for t in second_start])
+    # Worker k's second commit arrives at 1.1 + 0.2 (k + 1) + 1.4; the
+    # server is free by then (the queue of the first round is over at 1.9).
+    np.testing.assert_allclose([r.simulated_time for r in records[n:2 * n]],
+                               [t + 1.6 for t in first])
+    self.assertEqual(sim.simulated_time, records[-1].simulated_time)
+
+  def test_lognormal_workers_lap_slow_ones(self):
+    # σ = 1: the fastest of 4 workers commits several times while the
+    # slowest computes one window, so that window's commit is staler than
+    # any round could make it (2n − 2).
+    n = 4
+    strategy = _strategy("agn", window=2)
+    model = _model(strategy, n, "lognormal:1.0", step=0.01, commit=0.001,
+                   pull=0.001, apply=0.0005)
+    x = np.random.default_rng(0).normal(size=(n * 40, ref.DIM)).astype(
+        np.float32)
+    sim = _quadratic_sim(strategy, n, x, time_model=model)
+    records = _run(sim)
+    self.assertLen(records, 4 * 20)
+    staleness = [r.staleness for r in records]
+    self.assertGreater(max(staleness), 2 * n - 2)
+    # The server's staleness is the one the order implies.
+    from agn_jax import cluster  # pylint: disable=g-import-not-at-top
+    order = [cluster.ScheduledCommit(r.worker, r.window, 0, 0, 0, 0)
+             for r in records]
+    self.assertEqual(staleness, cluster.staleness_of(order, n))
+    times = [r.simulated_time for r in records]
+    self.assertEqual(times, sorted(times))
+
+  def test_random_windows_lap_each_other(self):
+    # Each window's own duration: the same worker commits twice in a row
+    # somewhere, which no round of the step counter's orders allows.
+    n = 3
+    strategy = _strategy("downpour", window=2)
+    x = np.random.default_rng(0).normal(size=(n * 40, ref.DIM)).astype(
+        np.float32)
+    sim = _quadratic_sim(strategy, n, x,
+                         time_model=_model(strategy, n, "random:1.0"))
+    workers = [r.worker for r in _run(sim)]
+    self.assertTrue(any(a == b for a, b in zip(workers, workers[1:])))
 
 
 def _worker_1_diverges_first(n=2):
@@ -311,8 +412,8 @@ class CompiledRoundTest(parameterized.TestCase):
   # center, the elastic commit with eamsgd's momentum.
   @parameterized.parameters("agn", "adag", "eamsgd")
   def test_no_copy_of_the_stacked_workers(self, strategy):
-    # Writing an unchanged stacked leaf back in the commit loop made XLA copy
-    # that leaf of all n workers on every commit (11 % of a paper-scale run).
+    # Writing an unchanged stacked leaf back in the commit loop makes XLA
+    # copy that leaf of all n workers on every commit.
     n = 3  # No other dimension of this model is 3.
     sim = Simulation(_tiny_config(strategy=strategy, num_workers=n,
                                   hidden_sizes=(8,)),
@@ -329,19 +430,24 @@ class DeterminismTest(absltest.TestCase):
   def test_same_run_twice_and_restore(self):
     ds = load_synthetic(size=600, seed=0)
     config = _tiny_config(strategy="adag", num_workers=3)
-    full = Simulation(config, ds, commit_order="random")
+    config.speed_model = "random:0.5"
+    full = Simulation(config, ds)
     full_records = _run(full)
     self.assertGreater(len(full_records), 9)
+    for r in full_records:  # λ = 2 steps of batch 4 each.
+      self.assertLen(r.step_accuracy, 2)
+      self.assertTrue(all(4 * a == int(4 * a) for a in r.step_accuracy))
+      self.assertAlmostEqual(np.mean(r.step_accuracy), r.accuracy, places=6)
     orders = {tuple(r.worker for r in full_records[i:i + 3])
               for i in range(0, len(full_records), 3)}
     self.assertGreater(len(orders), 1)  # Really random.
 
-    first = Simulation(config, ds, commit_order="random")
+    first = Simulation(config, ds)
     records = first.run_round() + first.run_round()
     saved = first.state()
     saved["meta"] = json.loads(json.dumps(saved["meta"]))
     saved["arrays"] = jax.tree.leaves(saved["arrays"])  # As a checkpoint.
-    second = Simulation(config, ds, commit_order="random")
+    second = Simulation(config, ds)
     second.restore(saved)
     records += _run(second)
     self.assertEqual(records, full_records)  # Bit for bit.
@@ -350,8 +456,8 @@ class DeterminismTest(absltest.TestCase):
     loss, accuracy = second.evaluate(ds.x_test, ds.y_test)
     self.assertTrue(np.isfinite(loss) and 0 <= accuracy <= 1)
 
-    with self.assertRaisesRegex(ValueError, "commit_order"):
-      Simulation(config, ds).restore(saved)
+    with self.assertRaisesRegex(ValueError, "speed_model random:0.5"):
+      Simulation(_tiny_config(strategy="adag"), ds).restore(saved)
 
 
 _SHARDED = textwrap.dedent("""
@@ -365,15 +471,15 @@ _SHARDED = textwrap.dedent("""
 
     ds = load_synthetic(size=600, seed=0)
     out = {"devices": jax.local_device_count()}
-    for name, n, order, k in (("adag", 8, "random", 2),
-                              ("aeasgd", 4, "speeds", None)):
+    for name, n, speeds, k in (("adag", 8, "random:0.5", 2),
+                               ("aeasgd", 4, "lognormal:0.5", None)):
       config = TrainConfig(strategy=name, num_workers=n,
                            communication_window=2, hidden_sizes=(8,),
-                           batch_size=4, epochs=0.3, seed=0)
+                           batch_size=4, epochs=0.3, seed=0,
+                           speed_model=speeds)
       runs = []
       for mesh in (None, Mesh(np.array(jax.devices()[:1]), ("workers",))):
-        sim = Simulation(config, ds, commit_order=order, mesh=mesh,
-                         workers_per_call=k)
+        sim = Simulation(config, ds, mesh=mesh, workers_per_call=k)
         records = [list(r) for rs in sim for r in rs]
         runs.append({"info": sim.info, "records": records,
                      "center": sim.center().tolist(),

@@ -5,8 +5,10 @@ the shared books, as events like the processes backend's: commits, rejected
 commits, evaluations of the center every `eval_every_rounds` rounds,
 checkpoints every `checkpoint_every_seconds` of wall time (and at the end,
 or on Ctrl-C / SIGTERM, between two rounds), each worker's end, the server's
-end. Rows carry `sim_time` (simulated seconds: local steps of a speed-1
-worker, see `agn_jax.simulator`) beside the wall-time fields.
+end. Rows carry `sim_time` on the time model's clock (modeled seconds of
+`--cluster`, or local steps of a speed-1 worker for `--cluster=none`; see
+`agn_jax.cluster`) beside the wall-time fields, and a commit row its window's
+`sim_window_start` and `sim_window_end` on that clock.
 
 The same flags and seed give the same metrics.jsonl apart from the wall-time
 fields (`time`, `wall_time`, a checkpoint's `seconds`), provided checkpoints
@@ -23,9 +25,9 @@ from typing import Optional
 
 import numpy as np
 
+from agn_jax.errors import Diverged, RunError, Terminated
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import events as ev
-from agn_jax.runtime.bookkeeping import RunError
 
 
 class _DeferredSignals:
@@ -48,7 +50,6 @@ class _DeferredSignals:
     self.received = signum
 
   def raise_received(self):
-    from agn_jax.runtime.launcher import Terminated  # pylint: disable=g-import-not-at-top
     signum, self.received = self.received, None
     if signum == signal.SIGTERM:
       raise Terminated(f"received signal {signum}")
@@ -63,8 +64,9 @@ class _DeferredSignals:
 class SimulatedBackend(backend_lib.Backend):
   """The workers vmapped in one jitted program per round, sharded over this host's devices.
 
-  Config fields it reads besides the run's: `commit_order`,
-  `worker_speeds` / `speed_spread`, `workers_per_call`, `eval_every_rounds`.
+  Config fields it reads besides the run's: the time model's (`cluster`,
+  `speed_model`, `bandwidth_gbps`, `latency_ms`, `server_apply_ms`),
+  `workers_per_call`, `eval_every_rounds`.
   """
 
   name = "simulated"
@@ -77,21 +79,19 @@ class SimulatedBackend(backend_lib.Backend):
     self.saved_step = None
     self.stopped = False
     self.finished = False
+    # Wall-clock bounds of the rounds whose windows still await a commit.
+    self._round_walls = {}
 
   def prepare(self, dataset=None):
     from agn_jax import simulator
     config, book = self.config, self.book
     plan = backend_lib.plan(config, dataset)
     book.expected_commits = plan.expected_commits
-    book.windows_per_worker = plan.windows
-    speeds = config.worker_speeds
-    if config.commit_order == "speeds" and speeds is None:
-      speeds = config.speed_spread
-    if speeds is not None and config.commit_order != "speeds":
-      raise ValueError("--worker_speeds needs --commit_order=speeds")
-    if (isinstance(speeds, tuple) and len(speeds) != config.num_workers):
-      raise ValueError(f"--worker_speeds has {len(speeds)} values for "
-                       f"{config.num_workers} workers")
+    cluster = None
+    if config.cluster == "this_host":
+      from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+      cluster = calibration.this_host(config, plan.dataset.input_shape,
+                                      plan.dataset.num_classes)
     mesh = None
     if config.platform:
       import jax  # pylint: disable=g-import-not-at-top
@@ -102,9 +102,8 @@ class SimulatedBackend(backend_lib.Backend):
                          f"device on this host") from None
       mesh = simulator.default_mesh(config.num_workers, devices)
     self.sim = simulator.Simulation(
-        config, plan.dataset, commit_order=config.commit_order,
-        worker_speeds=speeds, workers_per_call=config.workers_per_call,
-        mesh=mesh)
+        config, plan.dataset, cluster=cluster,
+        workers_per_call=config.workers_per_call, mesh=mesh)
     self.layout = plan.layout
     self.x_test, self.y_test = plan.dataset.x_test, plan.dataset.y_test
     info = self.sim.info
@@ -152,7 +151,7 @@ class SimulatedBackend(backend_lib.Backend):
       while not sim.done:
         if config.max_seconds and time.time() - book.t0 >= config.max_seconds:
           break  # As the processes' stop: the workers' shares end here.
-        self._book_round(self._round())
+        self._book_round(*self._round())
         rounds += 1
         if config.eval_every_rounds and rounds % config.eval_every_rounds == 0:
           self._evaluate(final=False)
@@ -164,22 +163,36 @@ class SimulatedBackend(backend_lib.Backend):
       self._finish()
 
   def _round(self):
-    from agn_jax import simulator
+    """`(records, when the round began)`."""
+    started = time.time()
     try:
-      return self.sim.run_round()
-    except simulator.Diverged as e:
-      self._book_round(e.records)
-      raise RunError(f"worker {e}") from None
+      return self.sim.run_round(), started
+    except Diverged as e:  # Its message names the worker.
+      self._book_round(e.records, started)
+      raise RunError(str(e)) from None
 
-  def _book_round(self, records):
+  def _book_round(self, records, started):
     now = time.time()
+    round_index = records[0].round if records else None
+    self._round_walls[round_index] = (started, now)
     for r in records:
       sim_time = float(r.simulated_time)
       if r.rejected:
         self.book.handle(ev.Rejected(now, r.worker, r.clock, sim_time))
       else:
-        self.book.handle(ev.Committed(now, r.worker, r.clock, r.staleness,
-                                      r.loss, r.accuracy, sim_time))
+        # The window ran during its round, this one or an earlier one.
+        ran = self._round_walls.get(r.window_round, (started, now))
+        self.book.handle(ev.Committed(
+            now, r.worker, r.clock, r.staleness, r.loss, r.accuracy, sim_time,
+            window_start=ran[0], window_end=ran[1],
+            step_accuracy=ev.step_values(r.step_accuracy),
+            sim_window_start=float(r.window_start),
+            sim_window_end=float(r.window_end)))
+    # Only the rounds whose windows still await their commits are kept.
+    oldest = self.sim.oldest_waiting_round
+    for key in [k for k in self._round_walls
+                if oldest is None or k is None or k < oldest]:
+      del self._round_walls[key]
 
   def _sim_time(self) -> float:
     return float(self.sim.simulated_time)

@@ -1,0 +1,777 @@
+"""The simulator's clock: what a cluster's steps, messages and server cost, and when each commit lands.
+
+Pure numpy, no JAX and no runtime: the simulator engine asks an
+`EventSchedule` which commit the server applies next and when, and runs the
+numerics in that order. The times never depend on the numbers.
+
+**Events.** Each worker repeats: compute a window (λ local steps), send the
+commit, wait for the server, receive the center. The server is one FIFO
+queue: a commit that arrives while it is busy waits. A commit-then-pull
+worker (agn, downpour, dynsgd, adag) waits for its commit's reply, the
+center right after its commit (read-your-writes, as a processes worker
+waits for its acknowledgement before it pulls), and starts its next window
+when that center has arrived. A pull-before-commit worker (aeasgd, eamsgd)
+pulls the center when its window is done, sends its commit and goes on with
+its next window without waiting for the server; the simulator applies such
+a pull and commit together (staleness 0), so a commit that lands between
+them in a real cluster is not seen.
+
+**The time model** (`TimeModel`): a window lasts λ × a speed-1 worker's step
+time × the worker's speed factor for that window (`SpeedModel`), or a
+processes run's own window times (`trace:RUN_DIR`); a message lasts
+`latency + bytes / bandwidth` (the commit's payload, the pull's center); an
+apply lasts the server's apply time. The presets (`Cluster`):
+
+* `none`: the step counter: a speed-1 step lasts 1 (time is counted in
+  local steps, not seconds); messages and the server take no time.
+* `this_host`: measured on this machine (`agn_jax.runtime.calibration`):
+  the run's own step time with its optimizer, model and batch as a
+  processes worker runs it (one thread, one core), and the shared-memory
+  transport's and server's times for its payload.
+* `paper` (`PAPER`): the thesis' 15 nodes (2× Xeon E5-2650 v2, one core per
+  worker, one Python parameter server on the driver), fitted to its
+  published run times (see `PAPER`).
+
+Example:
+  >>> model = TimeModel(step_seconds=0.1, commit_seconds=0.05,
+  ...                   pull_seconds=0.05, server_apply_seconds=0.01,
+  ...                   num_workers=2, communication_window=10)
+  >>> schedule = EventSchedule(model, num_windows=2)
+  >>> [(c.worker, round(c.applied, 2)) for c in schedule.drain()]
+  [(0, 1.06), (1, 1.07), (0, 2.17), (1, 2.18)]
+"""
+
+import json
+import heapq
+import math
+import os
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+CLUSTERS = ("none", "this_host", "paper")
+SPEED_MODELS = ("constant", "lognormal", "random", "straggler", "speeds",
+                "trace")
+SPEED_MODEL_FORMS = ("constant", "lognormal:SIGMA", "random:SIGMA",
+                     "straggler:P:SLOWDOWN", "speeds:S0,S1,...",
+                     "trace:RUN_DIR")
+BYTES_PER_PARAM = 4  # float32 everywhere: the center, payloads, messages.
+_SALT = 0x0D3E5  # Keeps the speed draws apart from the samplers' [seed, k].
+_CHUNK = 1024  # Per-window draws come in chunks, independent of the share.
+
+
+# --- Clusters -----------------------------------------------------------------
+
+
+class Cluster(NamedTuple):
+  """What one kind of cluster's parts cost; `time_model` applies it to a run.
+
+  A step costs `step_seconds` if given (measured for the run's own model,
+  optimizer and batch), else `flops / flops_per_second + update_bytes /
+  update_bytes_per_second` (see `Workload`). An apply costs
+  `server_apply_seconds` if given, else the payload's bytes over
+  `server_bytes_per_second`.
+
+  Attributes:
+    name: one of `CLUSTERS`.
+    bandwidth_gbps: a message's bandwidth in Gb/s (inf: free).
+    latency_ms: a message's fixed cost in ms.
+    flops_per_second: a worker's rate on the forward and backward pass.
+    update_bytes_per_second: a worker's memory rate on its optimizer update.
+    server_bytes_per_second: the server's rate on a payload.
+    step_seconds: a speed-1 worker's step, measured; wins over the rates.
+    server_apply_seconds: one apply, measured; wins over the rate.
+    cores: workers that compute at full speed at once (more share them: a
+      step, and the commit and pull a worker computes and copies, last
+      `n / cores` times longer); None: one core each.
+    unit: what the clock counts, "seconds" (or "steps" for `none`).
+    measured: how a measured cluster was measured (for the record).
+  """
+  name: str
+  bandwidth_gbps: float = math.inf
+  latency_ms: float = 0.0
+  flops_per_second: Optional[float] = None
+  update_bytes_per_second: Optional[float] = None
+  server_bytes_per_second: Optional[float] = None
+  step_seconds: Optional[float] = None
+  server_apply_seconds: Optional[float] = None
+  cores: Optional[int] = None
+  unit: str = "seconds"
+  measured: Optional[Dict[str, Any]] = None
+
+
+NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
+               unit="steps")
+
+# The thesis' cluster, fitted to its published times of AGN with Adam on the
+# paper MLP (4,798,010 parameters, batch 128, 40 epochs of 60,000 examples:
+# 2.4 M samples split over n workers, each computing all 2.4 M / (128 n) of
+# its steps and committing every λ): n = 10, λ = 10: 1,066.08 s; n = 10,
+# λ = 40: 845 s; n = λ = 20: 432.93 s; n = λ = 40: 257.62 s. A least-squares
+# fit of this module's event model to those four times (relative errors)
+# gives a step of 0.405 s, a message of 0.512 s for the 19.19 MB of a
+# commit or a pull, and an apply of 0.480 s; the model then gives 1,044,
+# 832, 458 and 240 s (−2.1 %, −1.5 %, +5.7 %, −6.9 %), and 240 s for AEASGD
+# at n = λ = 40 (published: 250.74 s). Each number:
+# * latency_ms = 1: assumed (gigabit Ethernet plus Python's socket calls);
+#   with 19 MB messages it hardly matters.
+# * bandwidth_gbps = 0.30: 19.19 MB × 8 / (0.512 s − 1 ms) = 0.3006 Gb/s.
+#   The network was 1 Gb/s; the pickled arrays crossed Python sockets at a
+#   third of it.
+# * server_bytes_per_second = 40 MB/s: 19.19 MB / 0.480 s (the single
+#   Python server deserialises, adds and answers under one lock). Beyond
+#   n = 30 its queue is what made commits wait.
+# * update_bytes_per_second = 5 GB/s: assumed, one core's share of a Xeon
+#   E5-2650 v2's memory bandwidth (59.7 GB/s a socket over 8 cores, less
+#   what a core sustains); it only weighs one optimizer's update against
+#   another's (AGN with Adam touches 44 bytes a parameter a step: 42 ms).
+# * flops_per_second = 9.6 GFLOP/s: XLA counts 3.484 GFLOP for a forward
+#   and backward pass of the paper MLP at batch 128, and 0.405 s − 42 ms
+#   remain for it (a quarter of one core's AVX peak of 41.6 GFLOP/s).
+PAPER = Cluster("paper", bandwidth_gbps=0.30, latency_ms=1.0,
+                flops_per_second=9.6e9, update_bytes_per_second=5e9,
+                server_bytes_per_second=40e6)
+
+
+def preset(name: str) -> Cluster:
+  """The `none` or `paper` cluster (`this_host` is measured, not preset).
+
+  Raises:
+    ValueError: for `this_host` or an unknown name.
+
+  Example:
+    >>> preset("paper").bandwidth_gbps
+    0.3
+  """
+  if name == "none":
+    return NONE
+  if name == "paper":
+    return PAPER
+  if name == "this_host":
+    raise ValueError("cluster this_host is measured on this machine "
+                     "(agn_jax.runtime.calibration.this_host), not a preset")
+  raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}, got "
+                   f"{name!r}")
+
+
+class Workload(NamedTuple):
+  """What one worker of a run computes and sends.
+
+  Attributes:
+    num_params: parameters of the model.
+    flops_per_step: a forward and backward pass at the run's batch size.
+    optimizer_floats: the local optimizer's state, in floats per parameter
+      (Adam: 2; AGN with Adam: 4, its anchor and delta too).
+    payload_vectors: model-sized vectors in a commit (adag: 2, else 1).
+    pull_before_commit: the strategy pulls before it commits.
+  """
+  num_params: int
+  flops_per_step: float = 0.0
+  optimizer_floats: float = 0.0
+  payload_vectors: int = 1
+  pull_before_commit: bool = False
+
+  def update_bytes(self) -> float:
+    """Memory an optimizer step touches: the parameters, their gradient, the state.
+
+    Example:
+      >>> Workload(10, optimizer_floats=4.0).update_bytes()  # 4 B × 10 × 11
+      440.0
+    """
+    return float(BYTES_PER_PARAM * self.num_params *
+                 (3 + 2 * self.optimizer_floats))
+
+
+# --- Speed models -------------------------------------------------------------
+
+
+class SpeedModel(NamedTuple):
+  """How fast each worker is, per worker or per window (`parse_speed_model`).
+
+  Attributes:
+    kind: one of `SPEED_MODELS`.
+    sigma: lognormal, random: the σ of `exp(σ z)`.
+    probability: straggler: the chance that a window is slowed down.
+    slowdown: straggler: how many times longer such a window lasts.
+    speeds: speeds: each worker's speed.
+    trace_dir: trace: the processes run whose window times are replayed.
+  """
+  kind: str = "constant"
+  sigma: float = 0.0
+  probability: float = 0.0
+  slowdown: float = 1.0
+  speeds: tuple = ()
+  trace_dir: Optional[str] = None
+
+  def text(self) -> str:
+    """The flag value that gives this model back.
+
+    Example:
+      >>> parse_speed_model("straggler:0.1:4").text()
+      'straggler:0.1:4'
+    """
+    if self.kind == "constant":
+      return "constant"
+    if self.kind in ("lognormal", "random"):
+      return f"{self.kind}:{self.sigma:g}"
+    if self.kind == "straggler":
+      return f"straggler:{self.probability:g}:{self.slowdown:g}"
+    if self.kind == "speeds":
+      return "speeds:" + ",".join(f"{s:g}" for s in self.speeds)
+    return f"trace:{self.trace_dir}"
+
+
+def parse_speed_model(text: str) -> SpeedModel:
+  """Parses `--speed_model`.
+
+  * `constant`: every worker and window alike; with equal costs the commits
+    go round robin, each (after the first round) with staleness n − 1.
+  * `lognormal:SIGMA`: worker k's speed is `exp(σ z_k)`, drawn once for the
+    run (seeded): persistently faster and slower workers.
+  * `random:SIGMA`: each window of each worker lasts `exp(σ z)` times the
+    speed-1 window, drawn anew for every window: a fast draw can lap a slow
+    one.
+  * `straggler:P:SLOWDOWN`: each window is, with probability P, SLOWDOWN
+    times longer.
+  * `speeds:S0,S1,...`: worker k's speed is S_k (one per worker).
+  * `trace:RUN_DIR`: each worker's window times are those of the processes
+    run in RUN_DIR (its metrics.jsonl), per local step; worker k replays
+    worker k mod n of the trace, its windows in order, cycled.
+
+  Raises:
+    ValueError: one line naming what is wrong.
+
+  Example:
+    >>> parse_speed_model("lognormal:0.5")
+    SpeedModel(kind='lognormal', sigma=0.5, probability=0.0, slowdown=1.0, speeds=(), trace_dir=None)
+    >>> parse_speed_model("lognormal")
+    Traceback (most recent call last):
+    ...
+    ValueError: --speed_model=lognormal: lognormal needs a σ, as lognormal:SIGMA
+  """
+  text = str(text).strip()
+  kind, _, rest = text.partition(":")
+
+  def bad(why):
+    return ValueError(f"--speed_model={text}: {why}")
+
+  def number(value, what, check, accepts):
+    try:
+      x = float(value)
+    except ValueError:
+      raise bad(f"{what} must be {accepts}, got {value!r}") from None
+    if not (math.isfinite(x) and check(x)):
+      raise bad(f"{what} must be {accepts}, got {value!r}")
+    return x
+
+  if kind not in SPEED_MODELS:
+    raise bad(f"not one of {', '.join(SPEED_MODEL_FORMS)}")
+  if kind == "constant":
+    if rest:
+      raise bad("constant takes no value")
+    return SpeedModel()
+  if not rest:
+    form = [f for f in SPEED_MODEL_FORMS if f.startswith(kind + ":")][0]
+    raise bad(f"{kind} needs "
+              f"{'a σ' if 'SIGMA' in form else 'its values'}, as {form}")
+  if kind in ("lognormal", "random"):
+    return SpeedModel(kind, sigma=number(rest, "σ", lambda x: x >= 0,
+                                         "a finite number >= 0"))
+  if kind == "straggler":
+    parts = rest.split(":")
+    if len(parts) != 2:
+      raise bad("straggler needs P and SLOWDOWN, as straggler:P:SLOWDOWN")
+    return SpeedModel(
+        kind, probability=number(parts[0], "P", lambda x: 0 <= x <= 1,
+                                 "a number in [0, 1]"),
+        slowdown=number(parts[1], "SLOWDOWN", lambda x: x >= 1,
+                        "a finite number >= 1"))
+  if kind == "speeds":
+    speeds = tuple(number(v, "a speed", lambda x: x > 0, "a finite number > 0")
+                   for v in rest.split(","))
+    return SpeedModel(kind, speeds=speeds)
+  path = os.path.join(rest, "metrics.jsonl")
+  if not os.path.isfile(path):
+    raise bad(f"{rest} holds no metrics.jsonl (a processes run's workdir)")
+  return SpeedModel(kind, trace_dir=rest)
+
+
+def read_trace(run_dir: str) -> List[np.ndarray]:
+  """Each worker's local-step durations, window by window, from a run's metrics.jsonl.
+
+  A commit row's `window_end − window_start` over the run's λ (its
+  config.json) is that window's step time. Only rows with both bounds count.
+
+  Returns:
+    One array per worker of the run (0 to the highest worker seen), each
+    holding that worker's step times in commit order.
+
+  Raises:
+    ValueError: one line, when the run has no timed windows.
+  """
+  windows: Dict[int, List[tuple]] = {}
+  lam = None
+  try:
+    with open(os.path.join(run_dir, "config.json")) as f:
+      lam = int(json.load(f)["communication_window"])
+  except (OSError, ValueError, KeyError, TypeError):
+    pass
+  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+    for line in f:
+      try:
+        row = json.loads(line)
+      except ValueError:
+        continue  # A line cut short by a kill.
+      if not isinstance(row, dict) or row.get("event") != "commit":
+        continue
+      start, end = row.get("window_start"), row.get("window_end")
+      if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        steps = len(row.get("step_accuracy") or ()) or lam
+        if steps and end >= start:
+          windows.setdefault(int(row["worker"]), []).append(
+              (float(row["time"]), (end - start) / steps))
+  if not windows:
+    raise ValueError(f"--speed_model=trace:{run_dir}: its metrics.jsonl has "
+                     "no commit rows with window times (a processes run's)")
+  everyone = [t for w in windows.values() for _, t in w]
+  return [np.array([t for _, t in sorted(windows[k])]) if k in windows
+          else np.array([float(np.median(everyone))])
+          for k in range(max(windows) + 1)]
+
+
+# --- The time model -----------------------------------------------------------
+
+
+class TimeModel:
+  """One run's times: steps, messages, the server and each window's speed.
+
+  Args:
+    step_seconds: a speed-1 worker's local step (the clock's unit: 1 for
+      the `none` cluster, which counts steps).
+    commit_seconds: a commit's message.
+    pull_seconds: a pull's message (the center).
+    server_apply_seconds: the server's time for one commit.
+    num_workers: n.
+    communication_window: λ.
+    speed_model: a `SpeedModel` or its text (`parse_speed_model`).
+    seed: seeds the speed draws.
+    pull_before_commit: the strategy pulls before its commit (see the
+      module docstring).
+    cluster: the cluster's name, for the record.
+    unit: "seconds", or "steps" for the `none` cluster.
+    record: more to record (`describe`), e.g. bandwidth and latency.
+    trace: for `trace:` models, `read_trace`'s arrays (None: read them).
+
+  Raises:
+    ValueError: a `speeds:` model without one speed per worker, or a trace
+      on a clock that counts steps.
+
+  Example:
+    >>> model = TimeModel(step_seconds=2.0, commit_seconds=0.0,
+    ...                   pull_seconds=0.0, server_apply_seconds=0.0,
+    ...                   num_workers=2, communication_window=3,
+    ...                   speed_model="speeds:1,2")
+    >>> model.window_seconds(0, 0), model.window_seconds(1, 5)
+    (6.0, 3.0)
+  """
+
+  def __init__(self, step_seconds: float, commit_seconds: float,
+               pull_seconds: float, server_apply_seconds: float, *,
+               num_workers: int, communication_window: int,
+               speed_model="constant", seed: int = 0,
+               pull_before_commit: bool = False, cluster: str = "custom",
+               unit: str = "seconds", record: Optional[Dict] = None,
+               trace: Optional[Sequence[np.ndarray]] = None):
+    for name, value in (("step_seconds", step_seconds),
+                        ("commit_seconds", commit_seconds),
+                        ("pull_seconds", pull_seconds),
+                        ("server_apply_seconds", server_apply_seconds)):
+      if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if isinstance(speed_model, str):
+      speed_model = parse_speed_model(speed_model)
+    self.step_seconds = float(step_seconds)
+    self.commit_seconds = float(commit_seconds)
+    self.pull_seconds = float(pull_seconds)
+    self.server_apply_seconds = float(server_apply_seconds)
+    self.num_workers = int(num_workers)
+    self.communication_window = int(communication_window)
+    self.speed_model = speed_model
+    self.seed = int(seed)
+    self.pull_before_commit = bool(pull_before_commit)
+    self.cluster = cluster
+    self.unit = unit
+    self.record = dict(record or {})
+    n = self.num_workers
+    self._speeds = np.ones(n)
+    self._chunks: Dict[tuple, np.ndarray] = {}
+    self._trace = None
+    if speed_model.kind == "lognormal":
+      z = np.random.default_rng([self.seed, _SALT, 2**31]).standard_normal(n)
+      self._speeds = np.exp(speed_model.sigma * z)
+    elif speed_model.kind == "speeds":
+      if len(speed_model.speeds) != n:
+        raise ValueError(f"--speed_model={speed_model.text()} has "
+                         f"{len(speed_model.speeds)} speeds for {n} workers")
+      self._speeds = np.array(speed_model.speeds, np.float64)
+    elif speed_model.kind == "trace":
+      if unit != "seconds":
+        raise ValueError(f"--speed_model={speed_model.text()} replays "
+                         "seconds; the none cluster counts steps (use "
+                         "--cluster=this_host or paper)")
+      self._trace = (list(trace) if trace is not None else
+                     read_trace(speed_model.trace_dir))
+
+  def worker_speeds(self) -> List[float]:
+    """Each worker's speed factor (1 for models that vary by window)."""
+    return [float(s) for s in self._speeds]
+
+  def _draw(self, worker: int, window: int) -> float:
+    """The window's own draw: z ~ N(0, 1) (random) or u ~ U(0, 1) (straggler)."""
+    key = (worker, window // _CHUNK)
+    chunk = self._chunks.get(key)
+    if chunk is None:
+      rng = np.random.default_rng([self.seed, _SALT, worker, key[1]])
+      chunk = (rng.standard_normal(_CHUNK) if self.speed_model.kind == "random"
+               else rng.random(_CHUNK))
+      self._chunks[key] = chunk
+    return float(chunk[window % _CHUNK])
+
+  def window_seconds(self, worker: int, window: int) -> float:
+    """How long window `window` (from 0) of `worker` computes."""
+    model, lam = self.speed_model, self.communication_window
+    if model.kind == "trace":
+      steps = self._trace[worker % len(self._trace)]
+      return lam * float(steps[window % len(steps)])
+    base = lam * self.step_seconds / self._speeds[worker]
+    if model.kind == "random":
+      return base * math.exp(model.sigma * self._draw(worker, window))
+    if model.kind == "straggler":
+      slow = self._draw(worker, window) < model.probability
+      return base * (model.slowdown if slow else 1.0)
+    return float(base)
+
+  def describe(self) -> Dict[str, Any]:
+    """What summary.json records: the cluster, the unit, every cost, the speeds."""
+    out = {
+        "cluster": self.cluster,
+        "unit": self.unit,
+        "speed_model": self.speed_model.text(),
+        "step_seconds": self.step_seconds,
+        "commit_seconds": self.commit_seconds,
+        "pull_seconds": self.pull_seconds,
+        "server_apply_seconds": self.server_apply_seconds,
+        "pull_before_commit": self.pull_before_commit,
+    }
+    if self.speed_model.kind in ("lognormal", "speeds"):
+      out["worker_speeds"] = self.worker_speeds()
+    out.update(self.record)
+    return out
+
+
+def message_seconds(num_bytes: float, bandwidth_gbps: float,
+                    latency_ms: float) -> float:
+  """`latency + bytes / bandwidth`, in seconds.
+
+  Example:
+    >>> round(message_seconds(125e6, 1.0, 2.0), 3)  # 1 Gb at 1 Gb/s
+    1.002
+  """
+  return latency_ms / 1e3 + (8.0 * num_bytes / (bandwidth_gbps * 1e9)
+                             if bandwidth_gbps != math.inf else 0.0)
+
+
+def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
+               communication_window: int, speed_model="constant",
+               seed: int = 0, bandwidth_gbps: Optional[float] = None,
+               latency_ms: Optional[float] = None,
+               server_apply_ms: Optional[float] = None) -> TimeModel:
+  """A run's `TimeModel`: the cluster's costs for this workload, with the overrides.
+
+  Args:
+    cluster: a `Cluster` (`preset(name)` or a measured one).
+    workload: what a worker computes and sends.
+    num_workers: n.
+    communication_window: λ.
+    speed_model: `--speed_model` (text or `SpeedModel`).
+    seed: seeds the speed draws.
+    bandwidth_gbps, latency_ms, server_apply_ms: override the cluster's
+      (`--bandwidth_gbps`, `--latency_ms`, `--server_apply_ms`).
+
+  Raises:
+    ValueError: one line, for overrides on the `none` cluster (whose clock
+      counts steps, not seconds), or a bad speed model.
+
+  Example:
+    >>> work = Workload(num_params=4_798_010, flops_per_step=3.484e9,
+    ...                 optimizer_floats=4.0)
+    >>> model = time_model(PAPER, work, num_workers=40,
+    ...                    communication_window=40)
+    >>> round(model.step_seconds, 3), round(model.commit_seconds, 3)
+    (0.405, 0.513)
+    >>> round(time_model(PAPER, work, num_workers=40, communication_window=40,
+    ...                  bandwidth_gbps=1.0).commit_seconds, 3)
+    0.155
+  """
+  given = {name: value for name, value in (
+      ("bandwidth_gbps", bandwidth_gbps), ("latency_ms", latency_ms),
+      ("server_apply_ms", server_apply_ms)) if value is not None}
+  if cluster.unit == "steps" and given:
+    raise ValueError(f"--{next(iter(given))} needs a cluster that counts "
+                     "seconds (--cluster=this_host or paper); the none "
+                     "cluster counts local steps")
+  bandwidth = cluster.bandwidth_gbps if bandwidth_gbps is None else float(
+      bandwidth_gbps)
+  latency = cluster.latency_ms if latency_ms is None else float(latency_ms)
+  center_bytes = BYTES_PER_PARAM * workload.num_params
+  payload_bytes = center_bytes * workload.payload_vectors
+  if cluster.step_seconds is not None:
+    step = cluster.step_seconds
+  else:
+    step = (workload.flops_per_step / cluster.flops_per_second +
+            workload.update_bytes() / cluster.update_bytes_per_second)
+  share = max(1.0, num_workers / cluster.cores) if cluster.cores else 1.0
+  step *= share
+  if server_apply_ms is not None:
+    apply = server_apply_ms / 1e3
+  elif cluster.server_apply_seconds is not None:
+    apply = cluster.server_apply_seconds
+  else:
+    apply = payload_bytes / cluster.server_bytes_per_second
+  record = {"bandwidth_gbps": bandwidth, "latency_ms": latency,
+            "payload_bytes": payload_bytes, "center_bytes": center_bytes}
+  if cluster.unit == "steps":
+    record = {}
+  if cluster.measured:
+    record["measured"] = cluster.measured
+  return TimeModel(
+      step, share * message_seconds(payload_bytes, bandwidth, latency),
+      share * message_seconds(center_bytes, bandwidth, latency), apply,
+      num_workers=num_workers, communication_window=communication_window,
+      speed_model=speed_model, seed=seed,
+      pull_before_commit=workload.pull_before_commit, cluster=cluster.name,
+      unit=cluster.unit, record=json.loads(json.dumps(record)))
+
+
+# --- The event schedule -------------------------------------------------------
+
+
+class ScheduledCommit(NamedTuple):
+  """One commit as the clock sees it.
+
+  Attributes:
+    worker: the committing worker.
+    window: its window index over its share (from 0).
+    window_start: when the window's first step began.
+    window_end: when its last step was done.
+    arrival: when the commit reached the server.
+    applied: when the server had applied it: the commit's time.
+    barrier: a replayed round begins here (see `ReplaySchedule`).
+  """
+  worker: int
+  window: int
+  window_start: float
+  window_end: float
+  arrival: float
+  applied: float
+  barrier: bool = False
+
+
+class EventSchedule:
+  """The commits of n workers and one FIFO server, in the order the server applies them.
+
+  Args:
+    model: the `TimeModel`.
+    num_windows: windows in each worker's share.
+
+  Ties (commits that arrive at the same time) go by worker index. Every
+  worker starts at time 0.
+
+  Example:
+    >>> model = TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=3,
+    ...                   communication_window=2)
+    >>> [c.worker for c in EventSchedule(model, num_windows=2).drain()]
+    [0, 1, 2, 0, 1, 2]
+  """
+
+  def __init__(self, model: TimeModel, num_windows: int):
+    self.model = model
+    self.num_windows = int(num_windows)
+    n = model.num_workers
+    self._ready = [0.0] * n
+    self._next_window = [0] * n
+    self._server_free = 0.0
+    self._build_heap()
+
+  def _arrival(self, worker: int):
+    m = self.model
+    start = self._ready[worker]
+    end = start + m.window_seconds(worker, self._next_window[worker])
+    arrival = end + m.commit_seconds + (m.pull_seconds if m.pull_before_commit
+                                        else 0.0)
+    return arrival, worker, start, end
+
+  def _build_heap(self):
+    self._heap = [self._arrival(k) for k in range(self.model.num_workers)
+                  if self._next_window[k] < self.num_windows]
+    heapq.heapify(self._heap)
+
+  def peek(self) -> Optional[ScheduledCommit]:
+    """The next commit the server applies, or None once every share is done."""
+    if not self._heap:
+      return None
+    arrival, worker, start, end = self._heap[0]
+    applied = max(arrival, self._server_free) + self.model.server_apply_seconds
+    return ScheduledCommit(worker, self._next_window[worker], start, end,
+                           arrival, applied)
+
+  def pop(self) -> Optional[ScheduledCommit]:
+    """`peek()`, and the clock moves past that commit."""
+    commit = self.peek()
+    if commit is None:
+      return None
+    heapq.heappop(self._heap)
+    k = commit.worker
+    self._server_free = commit.applied
+    # A pull-before-commit worker goes on once its commit is sent; the
+    # others once the center their commit's reply carries has arrived.
+    self._ready[k] = (commit.arrival if self.model.pull_before_commit else
+                      commit.applied + self.model.pull_seconds)
+    self._next_window[k] += 1
+    if self._next_window[k] < self.num_windows:
+      heapq.heappush(self._heap, self._arrival(k))
+    return commit
+
+  def drain(self) -> Iterator[ScheduledCommit]:
+    """Pops every remaining commit, in order."""
+    while True:
+      commit = self.pop()
+      if commit is None:
+        return
+      yield commit
+
+  def state(self) -> Dict[str, Any]:
+    """The clock's position, JSON-able (`restore` takes it back)."""
+    return {"ready": list(self._ready), "next_window": list(self._next_window),
+            "server_free": self._server_free}
+
+  def restore(self, state: Dict[str, Any]) -> None:
+    """Continues from `state()`; the share (`num_windows`) may have grown."""
+    n = self.model.num_workers
+    if len(state["ready"]) != n or len(state["next_window"]) != n:
+      raise ValueError(f"the schedule's state is of {len(state['ready'])} "
+                       f"workers, this one has {n}")
+    self._ready = [float(t) for t in state["ready"]]
+    self._next_window = [int(w) for w in state["next_window"]]
+    self._server_free = float(state["server_free"])
+    self._build_heap()
+
+
+class ReplaySchedule:
+  """A given commit order (tests, references): times count commits.
+
+  Args:
+    order: a flat sequence of worker indices, or a sequence of rounds (each
+      a sequence of distinct workers, applied in one call of the simulator).
+    num_workers: n.
+    num_windows: windows in each worker's share.
+
+  The j-th commit (from 0) happens at j + 1; its window began at its
+  worker's previous commit (0 for the first).
+
+  Raises:
+    ValueError: a round with a repeated worker, an unknown worker, or more
+      commits of a worker than its share holds.
+
+  Example:
+    >>> s = ReplaySchedule([[0, 1], [1]], num_workers=2, num_windows=2)
+    >>> [(c.worker, c.applied, c.barrier) for c in s.drain()]
+    [(0, 1.0, True), (1, 2.0, False), (1, 3.0, True)]
+  """
+
+  def __init__(self, order, num_workers: int, num_windows: int):
+    if isinstance(order, str):
+      raise ValueError(f"commit_order must be a sequence of workers or of "
+                       f"rounds, got {order!r} (the clock's orders are speed "
+                       f"models: {', '.join(SPEED_MODEL_FORMS)})")
+    order = list(order)
+    nested = bool(order) and not isinstance(order[0], (int, np.integer))
+    rounds = ([[int(k) for k in r] for r in order] if nested else
+              [[int(k)] for k in order])
+    counts = [0] * num_workers
+    for r in rounds:
+      if nested and (not r or len(set(r)) != len(r)):
+        raise ValueError(f"commit_order: every round needs distinct workers, "
+                         f"got {r}")
+      for k in r:
+        if not 0 <= k < num_workers:
+          raise ValueError(f"commit_order: worker {k} is not in [0, "
+                           f"{num_workers})")
+        counts[k] += 1
+    over = [k for k in range(num_workers) if counts[k] > num_windows]
+    if over:
+      raise ValueError(f"commit_order: worker {over[0]} commits "
+                       f"{counts[over[0]]} times, but its share holds "
+                       f"{num_windows} windows")
+    self.rounds = rounds
+    self.nested = nested
+    self.num_windows = num_windows
+    self._flat = [(k, nested and i == 0) for r in rounds
+                  for i, k in enumerate(r)]
+    self._position = 0
+    self._last = [0.0] * num_workers
+    self._windows = [0] * num_workers
+
+  def peek(self) -> Optional[ScheduledCommit]:
+    if self._position >= len(self._flat):
+      return None
+    k, barrier = self._flat[self._position]
+    time = float(self._position + 1)
+    return ScheduledCommit(k, self._windows[k], self._last[k], time, time,
+                           time, barrier)
+
+  def pop(self) -> Optional[ScheduledCommit]:
+    commit = self.peek()
+    if commit is not None:
+      self._position += 1
+      self._last[commit.worker] = commit.applied
+      self._windows[commit.worker] += 1
+    return commit
+
+  drain = EventSchedule.drain
+
+  def state(self) -> Dict[str, Any]:
+    return {"position": self._position}
+
+  def restore(self, state: Dict[str, Any]) -> None:
+    target = int(state["position"])
+    self.__init__([r for r in self.rounds] if self.nested else
+                  [r[0] for r in self.rounds], len(self._last),
+                  self.num_windows)
+    while self._position < target:
+      self.pop()
+
+  def describe(self) -> Dict[str, Any]:
+    return {"cluster": "replay", "unit": "commits",
+            "rounds": [list(r) for r in self.rounds]}
+
+
+def staleness_of(commits: Sequence[ScheduledCommit], num_workers: int,
+                 pull_before_commit: bool = False) -> List[int]:
+  """Each commit's staleness: server clock at its apply − clock of the center it started from.
+
+  What the simulator's server counts, from the order alone (every commit
+  applied).
+
+  Example:
+    >>> model = TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=3,
+    ...                   communication_window=2)
+    >>> staleness_of(list(EventSchedule(model, 3).drain()), 3)
+    [0, 1, 2, 2, 2, 2, 2, 2, 2]
+  """
+  pulled = [0] * num_workers
+  out = []
+  for clock, c in enumerate(commits):
+    out.append(0 if pull_before_commit else clock - pulled[c.worker])
+    pulled[c.worker] = clock + 1
+  return out

@@ -1,0 +1,296 @@
+"""The simulator's clock (agn_jax.cluster), pure numpy: no JAX, no numerics.
+
+The paper preset against the thesis' published run times; schedules worked
+out by hand (a FIFO server, round robin, pull-before-commit workers,
+stragglers); the speed models' draws, their parsing and replaying a trace;
+determinism and restoring a schedule.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from agn_jax import cluster
+
+PAPER_MLP = cluster.Workload(num_params=4_798_010, flops_per_step=3.4837e9,
+                             optimizer_floats=4.0)  # AGN with Adam.
+SAMPLES = 2_400_000  # The thesis' 40 epochs of 60,000 examples.
+
+
+def _model(n, lam=2, speed_model="constant", step=1.0, commit=0.0, pull=0.0,
+           apply=0.0, seed=0, pull_before_commit=False):
+  return cluster.TimeModel(step, commit, pull, apply, num_workers=n,
+                           communication_window=lam, speed_model=speed_model,
+                           seed=seed, pull_before_commit=pull_before_commit,
+                           unit="seconds")
+
+
+def _paper(n, lam, **overrides):
+  return cluster.time_model(cluster.PAPER, PAPER_MLP, num_workers=n,
+                            communication_window=lam, **overrides)
+
+
+def _thesis_seconds(n, lam, **overrides):
+  """A thesis run on the paper cluster: every worker computes all its steps."""
+  model = _paper(n, lam, **overrides)
+  steps = SAMPLES / (128 * n)
+  windows = int(steps // lam)
+  ends = [0.0] * n
+  for c in cluster.EventSchedule(model, windows).drain():
+    # After its last commit a worker computes the steps of its partial
+    # window (the thesis' workers did; nothing is committed).
+    ends[c.worker] = c.applied + model.pull_seconds
+  return max(ends) + (steps - windows * lam) * model.step_seconds
+
+
+@pytest.mark.parametrize("n,lam,published", [
+    (10, 10, 1066.08), (10, 40, 845.0), (20, 20, 432.93), (40, 40, 257.62)])
+def test_paper_preset_reproduces_the_thesis_times(n, lam, published):
+  # The preset was fitted to these four times (see cluster.PAPER).
+  assert _thesis_seconds(n, lam) == pytest.approx(published, rel=0.08)
+
+
+def test_paper_at_1_gbps_a_window_of_10_is_slower_than_40():
+  # The same data (1,840 local steps per worker) at n = 10: four times the
+  # commits at λ = 10 cost more than the window saves, as the thesis
+  # measured (1,066 s against 845 s).
+  def seconds(lam):
+    model = _paper(10, lam, bandwidth_gbps=1.0)
+    return max(c.applied for c in cluster.EventSchedule(
+        model, 1840 // lam).drain())
+
+  assert seconds(10) > 1.05 * seconds(40)
+  # Free messages and server: the same data takes the same time.
+  free = dict(bandwidth_gbps=1e9, latency_ms=0.0, server_apply_ms=0.0)
+  assert max(c.applied for c in cluster.EventSchedule(
+      _paper(10, 10, **free), 184).drain()) == pytest.approx(max(
+          c.applied for c in cluster.EventSchedule(
+              _paper(10, 40, **free), 46).drain()))
+
+
+def test_paper_costs_follow_the_workload():
+  model = _paper(40, 40)
+  center = 4 * 4_798_010
+  assert model.commit_seconds == pytest.approx(1e-3 + center * 8 / 0.3e9)
+  assert model.pull_seconds == model.commit_seconds
+  assert model.server_apply_seconds == pytest.approx(center / 40e6)
+  # 3.4837 GFLOP at 9.6 GFLOP/s, 44 bytes a parameter at 5 GB/s.
+  assert model.step_seconds == pytest.approx(
+      3.4837e9 / 9.6e9 + 44 * 4_798_010 / 5e9)
+  # A second payload vector (adag) doubles the commit's bytes and apply.
+  adag = cluster.time_model(cluster.PAPER, PAPER_MLP._replace(
+      payload_vectors=2), num_workers=40, communication_window=40)
+  assert adag.server_apply_seconds == pytest.approx(
+      2 * model.server_apply_seconds)
+  assert adag.commit_seconds == pytest.approx(1e-3 + 2 * center * 8 / 0.3e9)
+  # SGD's update touches less memory than Adam's.
+  sgd = cluster.time_model(cluster.PAPER, PAPER_MLP._replace(
+      optimizer_floats=2.0), num_workers=40, communication_window=40)
+  assert sgd.step_seconds < model.step_seconds
+  assert _paper(4, 4, server_apply_ms=7.0).server_apply_seconds == 0.007
+
+
+def test_overrides_need_a_clock_of_seconds():
+  with pytest.raises(ValueError, match="--latency_ms needs a cluster that "
+                     "counts seconds"):
+    cluster.time_model(cluster.NONE, PAPER_MLP, num_workers=2,
+                       communication_window=2, latency_ms=1.0)
+  with pytest.raises(ValueError, match="this_host is measured"):
+    cluster.preset("this_host")
+  with pytest.raises(ValueError, match="cluster must be one of"):
+    cluster.preset("tpu_pod")
+
+
+def test_round_robin_with_messages_and_a_busy_server():
+  # Constant speeds: the first round's commits queue at the server, and the
+  # same order repeats: staleness 0, 1, .., n − 1, then n − 1 for ever, even
+  # when the server is the bottleneck (n applies outlast a window).
+  for apply in (0.01, 0.5):
+    n = 5
+    commits = list(cluster.EventSchedule(
+        _model(n, step=0.1, commit=0.02, pull=0.03, apply=apply), 6).drain())
+    assert [c.worker for c in commits] == list(range(n)) * 6
+    staleness = cluster.staleness_of(commits, n)
+    assert staleness == list(range(n)) + [n - 1] * 5 * n
+    # Everyone's first window ends at 0.2 and arrives at 0.22.
+    assert [c.applied for c in commits[:n]] == pytest.approx(
+        [0.22 + apply * (k + 1) for k in range(n)])
+    # FIFO: no apply starts before the previous one ended.
+    applied = [c.applied for c in commits]
+    starts = [max(c.arrival, prev) for c, prev in
+              zip(commits, [0.0] + applied[:-1])]
+    assert np.allclose(np.array(applied) - starts, apply)
+
+
+def test_a_pull_before_commit_worker_does_not_wait_for_the_server():
+  # One worker, an apply of 10 s: it sends its commit (a pull of 0.5 s and
+  # a commit of 0.25 s after its window of 2 s) and goes on at once.
+  model = _model(1, step=1.0, commit=0.25, pull=0.5, apply=10.0,
+                 pull_before_commit=True)
+  first, second = cluster.EventSchedule(model, 2).drain()
+  assert (first.window_end, first.arrival, first.applied) == (2.0, 2.75, 12.75)
+  assert second.window_start == 2.75
+  assert (second.arrival, second.applied) == (5.5, 22.75)
+  # A commit-then-pull worker waits for the apply and its center.
+  first, second = cluster.EventSchedule(_model(
+      1, step=1.0, commit=0.25, pull=0.5, apply=10.0), 2).drain()
+  assert (first.arrival, first.applied, second.window_start) == (
+      2.25, 12.25, 12.75)
+
+
+def test_lognormal_speeds_lap_and_are_seeded():
+  n = 4
+  model = _model(n, speed_model="lognormal:1.0", seed=3)
+  speeds = model.worker_speeds()
+  z = np.random.default_rng([3, cluster._SALT, 2**31]).standard_normal(n)
+  np.testing.assert_allclose(speeds, np.exp(z))
+  commits = list(cluster.EventSchedule(model, 20).drain())
+  assert max(cluster.staleness_of(commits, n)) > 2 * n - 2
+  for k in range(n):
+    ends = [c.window_end for c in commits if c.worker == k]
+    np.testing.assert_allclose(np.diff(ends), 2 / speeds[k])
+  again = list(cluster.EventSchedule(
+      _model(n, speed_model="lognormal:1.0", seed=3), 20).drain())
+  assert again == commits
+  other = list(cluster.EventSchedule(
+      _model(n, speed_model="lognormal:1.0", seed=4), 20).drain())
+  assert [c.worker for c in other] != [c.worker for c in commits]
+
+
+def test_random_windows_are_drawn_per_window():
+  model = _model(2, lam=3, speed_model="random:0.5", step=2.0, seed=7)
+  for k in range(2):
+    z = np.random.default_rng([7, cluster._SALT, k, 0]).standard_normal(5)
+    np.testing.assert_allclose([model.window_seconds(k, i) for i in range(5)],
+                               6.0 * np.exp(0.5 * z))
+  # The draws do not depend on how many windows a share holds.
+  assert model.window_seconds(1, 1500) == _model(
+      2, lam=3, speed_model="random:0.5", step=2.0,
+      seed=7).window_seconds(1, 1500)
+
+
+def test_stragglers():
+  always = _model(2, speed_model="straggler:1:3")
+  never = _model(2, speed_model="straggler:0:3")
+  assert {always.window_seconds(k, i) for k in (0, 1) for i in range(50)} == {
+      6.0}
+  assert {never.window_seconds(k, i) for k in (0, 1) for i in range(50)} == {
+      2.0}
+  some = _model(2, speed_model="straggler:0.25:4")
+  slow = [some.window_seconds(0, i) == 8.0 for i in range(4000)]
+  assert 0.2 < np.mean(slow) < 0.3
+
+
+@pytest.mark.parametrize("text,message", [
+    ("fast", "not one of constant, lognormal:SIGMA"),
+    ("constant:1", "constant takes no value"),
+    ("lognormal", "lognormal needs a σ, as lognormal:SIGMA"),
+    ("lognormal:-1", "σ must be a finite number >= 0"),
+    ("random:nan", "σ must be a finite number >= 0"),
+    ("straggler:0.5", "straggler needs P and SLOWDOWN"),
+    ("straggler:1.5:2", "P must be a number in [0, 1]"),
+    ("straggler:0.5:0.5", "SLOWDOWN must be a finite number >= 1"),
+    ("speeds:1,0", "a speed must be a finite number > 0"),
+    ("trace:/nonexistent", "holds no metrics.jsonl"),
+])
+def test_bad_speed_models(text, message):
+  with pytest.raises(ValueError, match=f"--speed_model={text}: ") as caught:
+    cluster.parse_speed_model(text)
+  assert message in str(caught.value)
+  assert "\n" not in str(caught.value)
+
+
+def test_speed_models_round_trip():
+  for text in ("constant", "lognormal:0.5", "random:1", "straggler:0.1:4",
+               "speeds:1,2.5"):
+    assert cluster.parse_speed_model(text).text() == text
+  with pytest.raises(ValueError, match="has 2 speeds for 3 workers"):
+    _model(3, speed_model="speeds:1,2")
+
+
+def _write_trace(directory, lam, windows):
+  """A processes run's files: config.json and one commit row per window."""
+  directory.mkdir()
+  (directory / "config.json").write_text(json.dumps(
+      {"communication_window": lam}))
+  rows = [{"event": "eval", "time": 0.0, "clock": 0, "loss": 1.0,
+           "accuracy": 0.1}]
+  for i, (worker, start, end) in enumerate(windows):
+    rows.append({"event": "commit", "time": end + 0.01, "worker": worker,
+                 "clock": i + 1, "staleness": 0, "loss": 0.5,
+                 "accuracy": 0.5, "window_start": start, "window_end": end,
+                 "step_accuracy": [0.5] * lam})
+  (directory / "metrics.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows) + '{"event": "comm')
+  return str(directory)
+
+
+def test_trace_replays_a_runs_step_times(tmp_path):
+  # Worker 0's windows of 4 steps took 0.4 s and 0.8 s, worker 1's 1.2 s.
+  run = _write_trace(tmp_path / "run", 4, [(0, 0.0, 0.4), (1, 0.0, 1.2),
+                                           (0, 0.5, 1.3)])
+  steps = cluster.read_trace(run)
+  np.testing.assert_allclose(steps[0], [0.1, 0.2])
+  np.testing.assert_allclose(steps[1], [0.3])
+  # λ = 2 here: 2 steps at the trace's step times; worker k replays trace
+  # worker k mod 2, its windows cycled.
+  model = _model(3, lam=2, speed_model=f"trace:{run}")
+  assert [model.window_seconds(0, i) for i in range(3)] == pytest.approx(
+      [0.2, 0.4, 0.2])
+  assert model.window_seconds(1, 5) == pytest.approx(0.6)
+  assert model.window_seconds(2, 1) == pytest.approx(0.4)
+  with pytest.raises(ValueError, match="counts steps"):
+    cluster.TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2,
+                      communication_window=2, speed_model=f"trace:{run}",
+                      unit="steps")
+  empty = _write_trace(tmp_path / "empty", 4, [])
+  with pytest.raises(ValueError, match="no commit rows with window times"):
+    cluster.read_trace(empty)
+
+
+def test_restored_schedule_continues_exactly():
+  model = _model(3, speed_model="random:0.7", step=0.1, commit=0.01,
+                 pull=0.01, apply=0.02)
+  whole = list(cluster.EventSchedule(model, 10).drain())
+  first = cluster.EventSchedule(model, 10)
+  head = [first.pop() for _ in range(13)]
+  saved = json.loads(json.dumps(first.state()))
+  second = cluster.EventSchedule(model, 10)
+  second.restore(saved)
+  assert head + list(second.drain()) == whole
+  # A longer share continues where the shorter one ended.
+  short = cluster.EventSchedule(model, 4)
+  list(short.drain())
+  longer = cluster.EventSchedule(model, 10)
+  longer.restore(short.state())
+  rest = list(longer.drain())
+  assert len(rest) == 3 * 6 and rest[0].window == 4
+  with pytest.raises(ValueError, match="of 3 workers, this one has 2"):
+    cluster.EventSchedule(_model(2), 4).restore(saved)
+
+
+def test_replay_schedule():
+  flat = cluster.ReplaySchedule([0, 1, 0], num_workers=2, num_windows=2)
+  assert [(c.worker, c.window, c.window_start, c.applied, c.barrier)
+          for c in flat.drain()] == [(0, 0, 0.0, 1.0, False),
+                                     (1, 0, 0.0, 2.0, False),
+                                     (0, 1, 1.0, 3.0, False)]
+  rounds = cluster.ReplaySchedule([[1, 0], [0]], num_workers=2, num_windows=2)
+  rounds.pop()
+  state = rounds.state()
+  again = cluster.ReplaySchedule([[1, 0], [0]], num_workers=2, num_windows=2)
+  again.restore(state)
+  assert [c.worker for c in again.drain()] == [0, 0]
+  with pytest.raises(ValueError, match="distinct"):
+    cluster.ReplaySchedule([[0, 0]], 2, 2)
+  with pytest.raises(ValueError, match="worker 2 is not in"):
+    cluster.ReplaySchedule([2], 2, 2)
+  with pytest.raises(ValueError, match="commits 3 times"):
+    cluster.ReplaySchedule([0, 0, 0], 2, 2)
+
+
+def test_message_seconds():
+  assert cluster.message_seconds(1e6, math.inf, 0.5) == 0.0005
+  assert cluster.message_seconds(1.25e8, 10.0, 0.0) == pytest.approx(0.1)
