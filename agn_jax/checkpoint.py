@@ -16,9 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-
-class CheckpointError(ValueError):
-  """A checkpoint is missing, corrupt or does not fit the run; one-line message."""
+from agn_jax.errors import CheckpointError
 
 
 class Checkpoint(NamedTuple):
@@ -45,8 +43,47 @@ def _manager(directory: str, create: bool):
   return ocp, ocp.CheckpointManager(os.path.abspath(directory), options=options)
 
 
+# What orbax names a save in progress; a save killed (SIGKILL) mid-way leaves
+# it behind for good, and it is never a checkpoint.
+_UNFINISHED = ".orbax-checkpoint-tmp"
+
+
+def remove_unfinished_saves(directory: str) -> List[str]:
+  """Removes what saves killed mid-way left in `directory` (`*.orbax-checkpoint-tmp*`); returns their names.
+
+  Only while no save runs: the run's lock on its workdir makes its server
+  the only writer.
+
+  Example:
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> os.makedirs(os.path.join(d, "12.orbax-checkpoint-tmp-1700000000"))
+    >>> os.makedirs(os.path.join(d, "8"))
+    >>> remove_unfinished_saves(d), sorted(os.listdir(d))
+    (['12.orbax-checkpoint-tmp-1700000000'], ['8'])
+  """
+  import shutil  # pylint: disable=g-import-not-at-top
+  try:
+    names = sorted(n for n in os.listdir(directory) if _UNFINISHED in n)
+  except OSError:
+    return []
+  for name in names:
+    path = os.path.join(directory, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      try:
+        os.unlink(path)
+      except OSError:
+        pass
+  return names
+
+
 class Checkpointer:
   """Saves server checkpoints into `directory`, keeping the last two.
+
+  What a save killed mid-way left behind is removed when the next session
+  opens the directory and before every save.
 
   Example:
     >>> import tempfile, numpy as np
@@ -60,29 +97,56 @@ class Checkpointer:
   """
 
   def __init__(self, directory: str):
+    self._directory = directory
+    remove_unfinished_saves(directory)
     with _quiet_orbax():  # Orbax narrates every save at INFO; the books say enough.
       self._ocp, self._manager = _manager(directory, create=True)
 
   def save(self, step: int, center: np.ndarray, server_leaves, meta: Dict[str,
                                                                           Any]):
     """Writes a checkpoint atomically; blocks until it is on disk."""
+    remove_unfinished_saves(self._directory)
     ocp = self._ocp
     state = {
         "center": np.asarray(center),
         "server": {f"{i:04d}": np.asarray(x) for i, x in enumerate(server_leaves)}
     }
-    with _quiet_orbax():
-      self._manager.save(
-          int(step),
-          args=ocp.args.Composite(
-              state=ocp.args.StandardSave(state),
-              meta=ocp.args.JsonSave(meta)),
-          force=True)
-      self._manager.wait_until_finished()
+    try:
+      with _quiet_orbax():
+        self._manager.save(
+            int(step),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                meta=ocp.args.JsonSave(meta)),
+            force=True)
+        self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      code = _os_error_code(e)
+      if code is None:
+        raise
+      # A full disk, say: one line with the directory and the errno, not
+      # tensorstore's paragraph.
+      raise CheckpointError(
+          f"cannot write checkpoint {step} in "
+          f"{os.path.abspath(self._directory)}: [Errno {code}] "
+          f"{os.strerror(code)}") from None
 
   def close(self):
     with _quiet_orbax():
       self._manager.close()
+
+
+def _os_error_code(error: BaseException) -> Optional[int]:
+  """The errno behind a failed save: an OSError's, or the one tensorstore names (os_error_code='28')."""
+  import re  # pylint: disable=g-import-not-at-top
+  while error is not None:
+    if isinstance(error, OSError) and error.errno:
+      return error.errno
+    match = re.search(r"os_error_code='?(\d+)", str(error))
+    if match:
+      return int(match.group(1))
+    error = error.__cause__ or error.__context__
+  return None
 
 
 def _first_line(error: BaseException, limit: int = 240) -> str:
@@ -248,8 +312,8 @@ def _is_number(value) -> bool:
 
 
 def _windows(num_examples: int, config: Dict[str, Any]) -> int:
-  # The runtime's own count of a worker's share, so the two never disagree.
-  from agn_jax.runtime.worker import windows_per_worker  # pylint: disable=g-import-not-at-top
+  # The workers' own count of their share, so the two never disagree.
+  from agn_jax.shares import windows_per_worker  # pylint: disable=g-import-not-at-top
   return windows_per_worker(num_examples, config["num_workers"],
                             config["epochs"], config["communication_window"],
                             config["batch_size"])
@@ -315,7 +379,7 @@ def validate_meta(meta: Any, step: int, *, where: str,
   if commits != step:
     raise CheckpointError(f"{where}: num_commits={commits} differs from the "
                           f"checkpoint's step {step}")
-  rejected = meta.get("rejected_commits", 0)
+  rejected = meta.get("rejected_commits")
   if not _is_int(rejected) or rejected < 0:
     raise CheckpointError(f"{where}: rejected_commits={rejected!r} is not an "
                           "integer >= 0")
@@ -422,20 +486,6 @@ def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
         f"does not fit this run's ({len(expected)} arrays)")
 
 
-class ResumePoint(NamedTuple):
-  """What `validate_for_resume` found.
-
-  Attributes:
-    directory: `<workdir>/checkpoints`.
-    step: the newest checkpoint's step (== its `num_commits`).
-    meta: its validated metadata.
-  """
-
-  directory: str
-  step: int
-  meta: Dict[str, Any]
-
-
 def newest_step_on_disk(directory: str) -> Optional[int]:
   """The newest finalized step directory (orbax renames a step into place when it is complete)."""
   try:
@@ -447,7 +497,7 @@ def newest_step_on_disk(directory: str) -> Optional[int]:
 
 
 def validate_for_resume(workdir: str, config: Dict[str, Any],
-                        num_examples: int, layout=None) -> ResumePoint:
+                        num_examples: int, layout=None) -> None:
   """Checks, before anything is written, that `workdir` can be resumed by `config`.
 
   Reads only JSON (no orbax, no JAX), so the launcher can call it before it
@@ -465,9 +515,6 @@ def validate_for_resume(workdir: str, config: Dict[str, Any],
     config: the resumed run's `TrainConfig.to_dict()`.
     num_examples: training examples of its dataset.
     layout: optionally the run's parameter layout (`FlatLayout.metadata()`).
-
-  Returns:
-    The checkpoint's directory, step and metadata.
 
   Raises:
     CheckpointError: one line naming what is wrong.
@@ -507,4 +554,3 @@ def validate_for_resume(workdir: str, config: Dict[str, Any],
     raise CheckpointError(
         f"{where} holds a different model ({_check_layout(meta['layout'], where)}"
         f" parameters; this run's model has {num_params})")
-  return ResumePoint(directory, step, meta)

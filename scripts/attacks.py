@@ -1,4 +1,9 @@
-"""Replays issue 11's attacks (items 1-10) against the real CLI and prints one PASS/FAIL line each.
+"""Replays the reliability attacks against the real CLI and prints one PASS/FAIL line each.
+
+Attacks 1-10: two runs on one workdir, resumes, failures, bad input,
+symlinks. Attacks 11-15: the Ray backend's end with its driver and its
+start-up interrupted, a full disk, flagfile cycles, and the outcome every
+ended run records in summary.json.
 
 Every attack runs `python -m experiments.train | compare | sweep` as a user
 would, in a temporary directory, on small runs (digits, 2 workers, 2 epochs).
@@ -136,6 +141,91 @@ def read_json(path):
     return json.load(f)
 
 
+def wait_until(proc: subprocess.Popen, ready: Callable[[], bool],
+               deadline: float = DEADLINE) -> None:
+  """Polls `ready` until true; Failed if the command ends or the deadline passes first."""
+  end = time.monotonic() + deadline
+  while not ready():
+    if proc.poll() is not None:
+      raise Failed(f"ended first (exit {proc.returncode}): "
+                   f"{_lines(proc.communicate()[1])[-1:]}")
+    if time.monotonic() > end:
+      _kill_group(proc)
+      raise Failed("hung")
+    time.sleep(0.05)
+
+
+def tree(pid: int) -> List[int]:
+  """The pids below `pid`."""
+  import psutil  # pylint: disable=g-import-not-at-top
+  try:
+    return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+  except psutil.Error:
+    return []
+
+
+def alive(pids: List[int], seconds: float = 10.0) -> List[str]:
+  """Those of `pids` still running after up to `seconds` (zombies are gone), by name."""
+  import psutil  # pylint: disable=g-import-not-at-top
+  end = time.monotonic() + seconds
+  while True:
+    left = []
+    for pid in pids:
+      try:
+        p = psutil.Process(pid)
+        if p.status() != psutil.STATUS_ZOMBIE:
+          left.append(f"{pid} {p.name()}")
+      except psutil.Error:
+        pass
+    if not left or time.monotonic() > end:
+      return left
+    time.sleep(0.1)
+
+
+def session_processes(session_dir: Optional[str]) -> List[int]:
+  """Live processes whose command line names a Ray session directory."""
+  import psutil  # pylint: disable=g-import-not-at-top
+  found = []
+  for p in psutil.process_iter(["cmdline", "status"]):
+    if (session_dir and p.info["status"] != psutil.STATUS_ZOMBIE and
+        session_dir in " ".join(p.info["cmdline"] or ())):
+      found.append(p.pid)
+  return found
+
+
+def commits(workdir: str) -> List[int]:
+  """The clocks of the commit rows in metrics.jsonl."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  clocks = []
+  with open(path) as f:
+    for line in f:
+      try:
+        event = json.loads(line)
+      except ValueError:
+        continue  # A row being written.
+      if event.get("event") == "commit":
+        clocks.append(event["clock"])
+  return clocks
+
+
+def expect_outcome(workdir: str, outcome: str, failure: str = "") -> dict:
+  path = os.path.join(workdir, "summary.json")
+  if not os.path.exists(path):
+    raise Failed(f"no summary.json in {workdir}")
+  summary = read_json(path)
+  if summary.get("outcome") != outcome:
+    raise Failed(f"outcome {summary.get('outcome')!r}, not {outcome!r}")
+  if failure and failure not in str(summary.get("failure")):
+    raise Failed(f"failure {summary.get('failure')!r} lacks {failure!r}")
+  return summary
+
+
+RAY = ["--backend=ray", "--dataset=digits", "--hidden_sizes=16",
+       "--num_workers=2", "--eval_every_seconds=1", "--noplots"]
+
+
 def results_dir(result: Result) -> Optional[str]:
   for line in _lines(result.stdout):
     if line.startswith("results: "):
@@ -144,7 +234,8 @@ def results_dir(result: Result) -> Optional[str]:
 
 
 def meta_path(workdir: str) -> str:
-  steps = glob.glob(os.path.join(workdir, "checkpoints", "[0-9]*"))
+  steps = [p for p in glob.glob(os.path.join(workdir, "checkpoints", "[0-9]*"))
+           if os.path.basename(p).isdigit()]  # Not a killed save's leftover.
   newest = max(steps, key=lambda p: int(os.path.basename(p)))
   return os.path.join(newest, "meta", "metadata")
 
@@ -485,6 +576,289 @@ class Attacks:
         "train")
     expect_unchanged(before, outside, "the link's target")
     return line
+
+  # 11. The Ray backend ends with its driver.
+
+  def attack_11(self):
+    """a SIGKILLed Ray driver leaves no process of its Ray session after 10 s"""
+    workdir = self.path("ray_killed")
+    proc = start("train", *RAY, "--epochs=3000", f"--workdir={workdir}")
+    wait_until(proc, lambda: len(commits(workdir)) >= 20 and os.path.exists(
+        os.path.join(workdir, "pids.json")))
+    session = read_json(os.path.join(workdir, "pids.json"))["ray_session_dir"]
+    below = tree(proc.pid)
+    if not session or not session_processes(session):
+      raise Failed(f"no process names its session directory {session}")
+    proc.kill()  # The driver alone, as kill -9 $! does.
+    proc.communicate()
+    left = alive(below + session_processes(session), 10.0)
+    if left:
+      _kill_pids(below)
+      raise Failed(f"alive 10 s after: {', '.join(left[:6])}")
+    return f"{len(below)} processes gone, session {os.path.basename(session)}"
+
+  # 12. Ctrl-C / SIGTERM during a Ray run's start-up.
+
+  def _interrupt_ray_start(self, name, signum, when):
+    workdir = self.path(name)
+    proc = start("train", *RAY, "--epochs=3000", f"--workdir={workdir}")
+    if isinstance(when, float):
+      time.sleep(when)
+    else:
+      wait_until(proc, lambda: when(workdir, proc))
+    if proc.poll() is not None:
+      raise Failed(f"ended before the signal (exit {proc.returncode})")
+    below = tree(proc.pid)
+    proc.send_signal(signum)
+    result = finish(proc, 60.0)
+    want = 128 + signum
+    if result.rc != want:
+      raise Failed(f"exit {result.rc}, not {want}: {_lines(result.stderr)[-2:]}")
+    if "Traceback" in result.stderr or "Segmentation" in result.stderr:
+      raise Failed(f"crash: {_lines(result.stderr)[-1]}")
+    line = _lines(result.stderr)[-1]
+    what = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    if os.path.exists(os.path.join(workdir, "summary.json")):
+      expect_outcome(workdir, "interrupted")
+      if line != f"train: error: {what}; partial results in {workdir}":
+        raise Failed(f"untrue line: {line}")
+    elif line != (f"train: error: {what} before the run started; nothing was "
+                  "written") or os.path.exists(workdir):
+      raise Failed(f"untrue line or leftover workdir: {line}")
+    left = alive(below, 10.0)
+    if left:
+      _kill_pids(below)
+      raise Failed(f"alive 10 s after: {', '.join(left[:6])}")
+    clocks = commits(workdir)
+    return f"{line[len('train: error: '):][:40]} ({len(clocks)} commits)"
+
+  def attack_12(self):
+    """Ctrl-C and SIGTERM at 8 moments of a Ray run's start-up, 0.5 s to the first commit: 130/143, a true line, nothing left"""
+    def keeper_up(workdir, proc):
+      del workdir
+      return any("ray_head.py" in " ".join(_cmdline(p)) for p in tree(proc.pid))
+
+    def first_commit(workdir, proc):
+      del proc
+      return bool(commits(workdir))
+
+    moments = [(0.5, signal.SIGINT), (2.0, signal.SIGTERM),
+               (4.0, signal.SIGINT), (6.0, signal.SIGTERM),
+               (8.0, signal.SIGINT), (10.0, signal.SIGTERM),
+               (keeper_up, signal.SIGINT), (first_commit, signal.SIGTERM)]
+    notes = []
+    for i, (when, signum) in enumerate(moments):
+      label = f"{when:g} s" if isinstance(when, float) else (
+          "head starting" if when is keeper_up else "first commit")
+      try:
+        notes.append(f"{label}: " + self._interrupt_ray_start(
+            f"ray_start_{i}", signum, when))
+      except Failed as e:
+        raise Failed(f"{label} {signal.Signals(signum).name}: {e}") from None
+    return "; ".join(notes)
+
+  # 13. A full disk.
+
+  def attack_13(self):
+    """a full disk (a small tmpfs): one line naming the file and the errno; resumed elsewhere, every commit once"""
+    disk = self.path("disk")
+    os.makedirs(disk)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs",
+                              disk], capture_output=True, text=True)
+    if mounted.returncode:
+      raise Failed(f"cannot mount a tmpfs (root only): {mounted.stderr.strip()}")
+    try:
+      with open(os.path.join(disk, "filler"), "wb") as f:
+        f.write(b"\0" * (4 * 2**20 - 160 * 2**10))
+      workdir = os.path.join(disk, "run")
+      result = cli("train", *SMALL[:-1], "--epochs=400", "--noplots",
+                   "--hidden_sizes=32", "--checkpoint_every_seconds=0.2",
+                   f"--workdir={workdir}")
+      if result.rc != 1 or "Traceback" in result.stderr:
+        raise Failed(f"exit {result.rc}: {_lines(result.stderr)[-2:]}")
+      line = _lines(result.stderr)[-1]
+      if ("cannot write" not in line or f"{workdir}/" not in line or
+          "[Errno 28]" not in line or
+          sum("error" in l.lower() for l in _lines(result.stderr)) != 1):
+        raise Failed(f"not one line naming the file and errno: {line}")
+      said = ("summary.json" if os.path.exists(os.path.join(
+          workdir, "summary.json")) else "error.log" if os.path.exists(
+              os.path.join(workdir, "error.log")) else "nothing (disk full)")
+      elsewhere = self.path("disk_resumed")
+      shutil.copytree(workdir, elsewhere)
+    finally:
+      subprocess.run(["umount", "-l", disk], check=False)
+    self.workdirs.append(elsewhere)
+    # Just past what the checkpoint holds: 20 more windows per worker.
+    from agn_jax import data  # pylint: disable=g-import-not-at-top
+    config = read_json(os.path.join(elsewhere, "config.json"))
+    windows = max(read_json(meta_path(elsewhere))["worker_commits"]) + 20
+    epochs = (windows * config["communication_window"] * config["batch_size"]
+              * config["num_workers"] / len(data.load("digits").x_train))
+    result = cli("train", "--resume", f"--workdir={elsewhere}",
+                 f"--epochs={epochs + 1e-6}", "--noplots")
+    expect_success(result, "the resume elsewhere")
+    summary = expect_outcome(elsewhere, "completed")
+    clocks = commits(elsewhere)
+    if clocks != list(range(1, summary["num_commits"] + 1)):
+      raise Failed("commit clocks not 1..n once each after the resume")
+    return f"{line[len('train: error: '):]}; run's end in {said}"
+
+  # 14. Flagfile cycles.
+
+  def attack_14(self):
+    """a flagfile that includes itself, and two that include each other: one line, exit 2, in train, compare, sweep, report"""
+    one = self.path("self.flags")
+    with open(one, "w") as f:
+      f.write(f"--epochs=2\n--flagfile={one}\n")
+    a, b = self.path("a.flags"), self.path("b.flags")
+    with open(a, "w") as f:
+      f.write(f"--flagfile={b}\n")
+    with open(b, "w") as f:
+      f.write(f"--epochs=2\n--flagfile={a}\n")
+    lines = []
+    for program in ("train", "compare", "sweep", "report"):
+      for flagfile in (one, a):
+        result = cli(program, f"--flagfile={flagfile}", deadline=60.0)
+        line = expect_one_line_error(result, program)
+        if result.rc != 2 or "--flagfile" not in line or "itself" not in line:
+          raise Failed(f"{program}: exit {result.rc}: {line}")
+        lines.append(line)
+    return lines[-1]
+
+  # 15. Every ended run says how it ended.
+
+  def attack_15a(self):
+    """a SIGKILLed server: one line; summary.json says failed, why, and the counts so far"""
+    workdir = self.path("server_killed")
+    proc = start("train", *SMALL, "--epochs=300", f"--workdir={workdir}")
+    self.workdirs.append(workdir)
+    wait_until(proc, lambda: len(commits(workdir)) >= 10 and os.path.exists(
+        os.path.join(workdir, "pids.json")))
+    os.kill(read_json(os.path.join(workdir, "pids.json"))["server"],
+            signal.SIGKILL)
+    line = expect_one_line_error(finish(proc), "train")
+    if "server killed by signal 9" not in line:
+      raise Failed(line)
+    summary = expect_outcome(workdir, "failed", "server killed by signal 9")
+    if summary["num_commits"] != len(commits(workdir)):
+      raise Failed("summary.json's commits differ from metrics.jsonl's")
+    return f"{line}; {summary['num_commits']} commits"
+
+  def attack_15b(self):
+    """a diverged worker: summary.json says failed and why"""
+    workdir = self.path("diverged")
+    line = expect_one_line_error(cli("train", *SMALL, "--learning_rate=1e30",
+                                     f"--workdir={workdir}"), "train")
+    self.workdirs.append(workdir)
+    summary = expect_outcome(workdir, "failed", "non-finite")
+    return f"{summary['failure']}; {summary['rejected_commits']} rejected"
+
+  def attack_15c(self):
+    """a run that never began training (its worker fails at once): summary.json says failed, 0 commits"""
+    workdir = self.path("never_began")
+    os.environ["AGN_JAX_FAULT"] = "raise:worker=0:window=0"
+    try:
+      result = cli("train", *SMALL[:1], "--num_workers=1",
+                   "--max_worker_restarts=0", f"--workdir={workdir}")
+    finally:
+      del os.environ["AGN_JAX_FAULT"]
+    self.workdirs.append(workdir)
+    line = expect_one_line_error(result, "train")
+    summary = expect_outcome(workdir, "failed", "injected fault")
+    if summary["num_commits"] != 0:
+      raise Failed(f"{summary['num_commits']} commits")
+    return line
+
+  def attack_15d(self):
+    """sweep --resume and compare read the outcome from summary.json"""
+    from experiments import sweep  # pylint: disable=g-import-not-at-top
+    cell = self.copy("outcome_interrupted")
+    path = os.path.join(cell, "summary.json")
+    summary = read_json(path)
+    summary["outcome"] = "interrupted"  # Its other fields say completed.
+    with open(path, "w") as f:
+      json.dump(summary, f)
+    if sweep.completed(cell) or sweep.cell_action(cell) != "resume":
+      raise Failed("sweep takes an interrupted run for a completed one")
+    result = cli("compare", self.base(), cell,
+                 f"--output={self.path('outcome.png')}")
+    expect_success(result, "compare")
+    warning = [l for l in _lines(result.stdout) if "interrupted" in l]
+    if not warning:
+      raise Failed("compare does not say the run was interrupted")
+    return warning[0][:120]
+
+  def attack_15e(self):
+    """a SIGKILL during a checkpoint save: the save's leftover directory is gone after --resume"""
+    workdir = self.path("killed_in_save")
+    self.workdirs.append(workdir)
+    steps = os.path.join(workdir, "checkpoints")
+    leftover = []
+    for _ in range(20):  # Until the kill lands inside a save.
+      shutil.rmtree(workdir, ignore_errors=True)
+      proc = start("train", *SMALL[:-1], "--hidden_sizes=1000,1000",
+                   "--epochs=300", "--checkpoint_every_seconds=0.01",
+                   f"--workdir={workdir}")
+      wait_until(proc, lambda: os.path.isdir(steps) and any(
+          n.isdigit() for n in os.listdir(steps)) and os.path.exists(
+              os.path.join(workdir, "pids.json")))
+      server = read_json(os.path.join(workdir, "pids.json"))["server"]
+      end = time.monotonic() + 20
+      while not leftover and time.monotonic() < end and proc.poll() is None:
+        leftover = [n for n in os.listdir(steps) if "orbax-checkpoint-tmp" in n]
+      os.kill(server, signal.SIGKILL)  # The saving process, mid-save.
+      finish(proc)  # The run ends (a failure) and cleans up after itself.
+      leftover = [n for n in os.listdir(steps) if "orbax-checkpoint-tmp" in n]
+      if leftover and any(n.isdigit() for n in os.listdir(steps)):
+        break
+    else:
+      raise Failed("no kill landed inside a save in 20 tries")
+    result = cli("train", "--resume", f"--workdir={workdir}", "--epochs=301",
+                 "--max_seconds=3", "--noplots")
+    left = [n for n in os.listdir(steps) if "orbax-checkpoint-tmp" in n]
+    if left:
+      raise Failed(f"still there after --resume (exit {result.rc}): {left}")
+    return f"{leftover[0]} removed; resume exit {result.rc}"
+
+  def attack_15f(self):
+    """a SIGKILLed Ray server actor: 'server actor died: killed by signal 9'; summary.json says failed"""
+    workdir = self.path("ray_server_killed")
+    proc = start("train", *RAY, "--epochs=3000", f"--workdir={workdir}")
+    self.workdirs.append(workdir)
+    wait_until(proc, lambda: len(commits(workdir)) >= 10 and os.path.exists(
+        os.path.join(workdir, "pids.json")))
+    below = tree(proc.pid)
+    os.kill(read_json(os.path.join(workdir, "pids.json"))["server"],
+            signal.SIGKILL)
+    result = finish(proc)
+    if result.rc != 1 or "Traceback" in result.stderr:
+      raise Failed(f"exit {result.rc}: {_lines(result.stderr)[-2:]}")
+    line = _lines(result.stderr)[-1]
+    if line != "train: error: server actor died: killed by signal 9":
+      raise Failed(line)
+    expect_outcome(workdir, "failed", "server actor died: killed by signal 9")
+    left = alive(below, 10.0)
+    if left:
+      _kill_pids(below)
+      raise Failed(f"alive 10 s after: {', '.join(left[:6])}")
+    return line
+
+
+def _kill_pids(pids: List[int]) -> None:
+  for pid in pids:
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except OSError:
+      pass
+
+
+def _cmdline(pid: int) -> List[str]:
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      return f.read().decode(errors="replace").split("\0")
+  except OSError:
+    return []
 
 
 def leftovers(workdirs: List[str]) -> List[str]:

@@ -108,7 +108,7 @@ def _single_process(seconds, size, out):
   """The baseline, in its own process so its threads are JAX's defaults."""
   import jax
   from agn_jax import build, kernel
-  from agn_jax.runtime.worker import BatchSampler
+  from agn_jax.shares import BatchSampler
   ds = _dataset(size)
   config = _config(1, "/tmp/unused")
   strategy = build.build_strategy(config)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from agn_jax import checkpoint
+from agn_jax.errors import CheckpointError
 from tests.helpers import snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,9 +36,9 @@ def test_round_trip(tmp_path):
 
 
 def test_missing_and_empty(tmp_path):
-  with pytest.raises(checkpoint.CheckpointError, match="no checkpoint directory"):
+  with pytest.raises(CheckpointError, match="no checkpoint directory"):
     checkpoint.restore(str(tmp_path / "nope"))
-  with pytest.raises(checkpoint.CheckpointError, match="no complete checkpoint"):
+  with pytest.raises(CheckpointError, match="no complete checkpoint"):
     checkpoint.restore(str(tmp_path))
   assert checkpoint.latest_step(str(tmp_path / "nope")) is None
 
@@ -51,7 +52,7 @@ def test_corrupt_files(tmp_path):
     for name in files:
       with open(os.path.join(dirpath, name), "wb") as f:
         f.write(b"\x00garbage")
-  with pytest.raises(checkpoint.CheckpointError, match="corrupt") as e:
+  with pytest.raises(CheckpointError, match="corrupt") as e:
     checkpoint.restore(str(tmp_path))
   assert "\n" not in str(e.value)
 
@@ -86,6 +87,24 @@ def test_crash_during_save_keeps_previous(tmp_path):
   np.testing.assert_array_equal(restored.center,
                                 np.full(4_000_000, restored.step, np.float32))
   assert restored.meta["num_commits"] == restored.step
+
+  # A killed save's directory (as orbax names it) is never a checkpoint, and
+  # the next session removes it, as every save does.
+  def unfinished():
+    return [n for n in os.listdir(tmp_path) if ".orbax-checkpoint-tmp" in n]
+
+  (tmp_path / f"{restored.step + 1}.orbax-checkpoint-tmp-1700000000").mkdir()
+  assert checkpoint.restore(str(tmp_path)).step == restored.step
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  try:
+    assert not unfinished()
+    (tmp_path / f"{restored.step + 2}.orbax-checkpoint-tmp-1700000001").mkdir()
+    ckpt.save(restored.step + 3, np.zeros(4, np.float32), [np.int32(0)],
+              {"num_commits": restored.step + 3})
+    assert not unfinished()
+  finally:
+    ckpt.close()
+  assert checkpoint.restore(str(tmp_path)).step == restored.step + 3
 
 
 # A resumable run on disk: 2 workers, λ = 2, batch 4, 1 epoch of 64 examples,
@@ -128,10 +147,8 @@ def tamper(meta_path, **changes):
 
 def test_validate_for_resume_accepts_a_whole_checkpoint(tmp_path):
   write_resumable(tmp_path)
-  point = checkpoint.validate_for_resume(str(tmp_path), run_config(tmp_path),
-                                         NUM_EXAMPLES, layout=LAYOUT)
-  assert (point.step, point.meta["worker_commits"]) == (4, [3, 2])
-  assert point.directory == os.path.join(str(tmp_path), "checkpoints")
+  checkpoint.validate_for_resume(str(tmp_path), run_config(tmp_path),
+                                 NUM_EXAMPLES, layout=LAYOUT)
   # More epochs (a longer run) is fine; no layout given is fine.
   checkpoint.validate_for_resume(str(tmp_path),
                                  run_config(tmp_path, epochs=3.0),
@@ -168,7 +185,7 @@ def test_tampered_metadata_is_refused_before_anything_is_written(
   meta_path = write_resumable(tmp_path)
   tamper(meta_path, **changes)
   before = snapshot(tmp_path)
-  with pytest.raises(checkpoint.CheckpointError, match=message) as e:
+  with pytest.raises(CheckpointError, match=message) as e:
     checkpoint.validate_for_resume(str(tmp_path), run_config(tmp_path),
                                    NUM_EXAMPLES)
   assert "\n" not in str(e.value)
@@ -185,27 +202,27 @@ def test_the_server_side_check_validates_the_metadata_too(tmp_path):
                              num_examples=NUM_EXAMPLES)
   tamper(meta_path, metrics_offset=-5)
   ckpt = checkpoint.restore(str(tmp_path / "checkpoints"))
-  with pytest.raises(checkpoint.CheckpointError, match="metrics_offset=-5"):
+  with pytest.raises(CheckpointError, match="metrics_offset=-5"):
     checkpoint.check_resumable(ckpt, run_config(tmp_path), layout, leaves)
   tamper(meta_path, metrics_offset=80, worker_commits=[10**9, 2])
   ckpt = checkpoint.restore(str(tmp_path / "checkpoints"))
-  with pytest.raises(checkpoint.CheckpointError, match="sum to 1000000002"):
+  with pytest.raises(CheckpointError, match="sum to 1000000002"):
     checkpoint.check_resumable(ckpt, run_config(tmp_path), layout, leaves)
 
 
 def test_resume_must_fit_this_run(tmp_path):
   write_resumable(tmp_path)
-  with pytest.raises(checkpoint.CheckpointError, match="different run.*seed"):
+  with pytest.raises(CheckpointError, match="different run.*seed"):
     checkpoint.validate_for_resume(str(tmp_path),
                                    run_config(tmp_path, seed=7), NUM_EXAMPLES)
   # Half the epochs: worker 0 has done 3 windows, its share is now 2.
-  with pytest.raises(checkpoint.CheckpointError,
+  with pytest.raises(CheckpointError,
                      match="worker 0 has done 3 windows, more than its share "
                      r"in this run \(2 windows with epochs=0.5\)"):
     checkpoint.validate_for_resume(str(tmp_path),
                                    run_config(tmp_path, epochs=0.5),
                                    NUM_EXAMPLES)
-  with pytest.raises(checkpoint.CheckpointError, match="different model"):
+  with pytest.raises(CheckpointError, match="different model"):
     checkpoint.validate_for_resume(str(tmp_path), run_config(tmp_path),
                                    NUM_EXAMPLES,
                                    layout=[[[4, 2], "float32"]])
@@ -218,18 +235,18 @@ def test_validate_for_resume_refuses_symlinks_and_missing_parts(tmp_path):
   outside.write_text("precious\n")
   os.replace(run / "metrics.jsonl", tmp_path / "moved.jsonl")
   (run / "metrics.jsonl").symlink_to(outside)
-  with pytest.raises(checkpoint.CheckpointError, match="metrics.jsonl is a symlink"):
+  with pytest.raises(CheckpointError, match="metrics.jsonl is a symlink"):
     checkpoint.validate_for_resume(str(run), run_config(run), NUM_EXAMPLES)
   os.unlink(run / "metrics.jsonl")
   os.replace(tmp_path / "moved.jsonl", run / "metrics.jsonl")
   with open(meta_path, "w") as f:
     f.write('{"num_commits": 4,')
-  with pytest.raises(checkpoint.CheckpointError,
+  with pytest.raises(CheckpointError,
                      match="checkpoint 4 in .* is corrupt: cannot read its metadata"):
     checkpoint.validate_for_resume(str(run), run_config(run), NUM_EXAMPLES)
   import shutil
   shutil.rmtree(run / "checkpoints" / "4")
-  with pytest.raises(checkpoint.CheckpointError, match="no complete checkpoint"):
+  with pytest.raises(CheckpointError, match="no complete checkpoint"):
     checkpoint.validate_for_resume(str(run), run_config(run), NUM_EXAMPLES)
   assert outside.read_text() == "precious\n"
 
@@ -251,10 +268,11 @@ def test_truncated_checkpoint_is_one_line_and_no_echo(tmp_path):
       import gc, sys, time
       sys.path.insert(0, {ROOT!r})
       from agn_jax import checkpoint
+      from agn_jax.errors import CheckpointError
       for _ in range(4):
         try:
           checkpoint.restore({str(tmp_path / "checkpoints")!r})
-        except checkpoint.CheckpointError as e:
+        except CheckpointError as e:
           print(e)
         gc.collect()
       time.sleep(0.5)  # Late echoes from tensorstore threads land here.
@@ -278,10 +296,10 @@ def test_truncated_files_in_process(tmp_path):
     for name in files:
       path = os.path.join(dirpath, name)
       os.truncate(path, os.path.getsize(path) // 2)
-  with pytest.raises(checkpoint.CheckpointError) as e:
+  with pytest.raises(CheckpointError) as e:
     checkpoint.restore(str(tmp_path / "checkpoints"))
   assert str(tmp_path / "checkpoints") in str(e.value)
   assert "\n" not in str(e.value) and len(str(e.value)) < 400
-  with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+  with pytest.raises(CheckpointError, match="corrupt"):
     checkpoint.validate_for_resume(str(tmp_path), run_config(tmp_path),
                                    NUM_EXAMPLES)

@@ -2,6 +2,10 @@
 time bases, resuming a finished run, and the strategies other than AGN."""
 
 
+import json
+import os
+import signal
+
 import numpy as np
 import pytest
 
@@ -34,7 +38,7 @@ def test_a_worker_recovers_after_a_non_finite_window(tmp_path, monkeypatch,
   assert summary["rejected_commits_per_worker"] == [0, 1]
   assert summary["worker_commits"] == [windows, windows]
   assert summary["num_commits"] == 2 * windows - 1
-  assert summary["completed"] is True
+  assert summary["completed"] is True and summary["outcome"] == "completed"
   assert np.isfinite(summary["final_test_loss"])
   rows = metrics_rows(tmp_path / "run")
   rejected = [r for r in rows if r["event"] == "rejected"]
@@ -45,6 +49,10 @@ def test_a_worker_recovers_after_a_non_finite_window(tmp_path, monkeypatch,
   assert_nothing_left(tmp_path / "run")
 
 
+def _summary(tmp_path):
+  return json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
 def test_a_diverging_run_fails_with_one_line_naming_the_worker(tmp_path):
   with pytest.raises(RunError) as error:
     train(_config(tmp_path, learning_rate=1e30, epochs=8.0))
@@ -52,6 +60,44 @@ def test_a_diverging_run_fails_with_one_line_naming_the_worker(tmp_path):
   assert "\n" not in message
   assert message.startswith("worker ")
   assert "3 commits in a row were non-finite" in message
+  summary = _summary(tmp_path)
+  assert (summary["outcome"], summary["failure"]) == ("failed", message)
+  assert summary["completed"] is False
+  # The counts so far: every commit was rejected, none applied.
+  assert summary["num_commits"] == 0 and summary["rejected_commits"] >= 3
+  assert_nothing_left(tmp_path / "run")
+
+
+def test_a_killed_server_fails_the_run_and_its_summary_says_so(tmp_path):
+  killed = []
+
+  def kill_server(row):
+    if row["event"] == "commit" and row["clock"] >= 5 and not killed:
+      pids = json.loads((tmp_path / "run" / "pids.json").read_text())
+      os.kill(pids["server"], signal.SIGKILL)
+      killed.append(row["clock"])
+
+  with pytest.raises(RunError, match="^server killed by signal 9$"):
+    train(_config(tmp_path, epochs=200.0), progress=kill_server)
+  summary = _summary(tmp_path)
+  assert summary["outcome"] == "failed"
+  assert summary["failure"] == "server killed by signal 9"
+  assert summary["num_commits"] >= killed[0]
+  commits = metrics_rows(tmp_path / "run", ["commit"])
+  assert summary["num_commits"] == len(commits)
+  assert_nothing_left(tmp_path / "run")
+
+
+def test_a_run_that_never_began_training_says_so(tmp_path, monkeypatch):
+  # Its only worker fails before its first commit, with no restart allowed.
+  monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=0:window=0")
+  with pytest.raises(RunError, match="no restarts left") as error:
+    train(_config(tmp_path, num_workers=1, max_worker_restarts=0))
+  summary = _summary(tmp_path)
+  assert summary["outcome"] == "failed"
+  assert summary["failure"] == str(error.value)
+  assert summary["num_commits"] == 0 and summary["worker_commits"] == [None]
+  assert "injected fault" in (tmp_path / "run" / "error.log").read_text()
   assert_nothing_left(tmp_path / "run")
 
 

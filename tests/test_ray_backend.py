@@ -117,7 +117,7 @@ def test_digits_reaches_090_with_failed_worker_actors_restarted(killed_run):
   causes = {e["worker"]: e["cause"] for e in restarts}
   assert sorted(causes) == [0, 1]
   assert causes[0].startswith("failed: RuntimeError: injected fault"), causes
-  assert causes[1].startswith("actor process died"), causes
+  assert causes[1] == "actor died: killed by signal 9", causes
   pids = json.loads((workdir / "pids.json").read_text())
   assert len(pids["restarted_workers"]) == 2
   assert killed[0] in pids["restarted_workers"]
@@ -132,6 +132,11 @@ def test_commits_applied_equal_commits_acknowledged(killed_run):
   assert applied + rejected == summary["expected_commits"]
   commits = [e for e in metrics_rows(workdir) if e["event"] == "commit"]
   assert [e["clock"] for e in commits] == list(range(1, applied + 1))
+  # Each commit's λ = 10 step accuracies came along through the hub.
+  for e in commits:
+    assert len(e["step_accuracy"]) == 10, e
+    assert np.mean(e["step_accuracy"]) == pytest.approx(e["accuracy"])
+    assert e["window_start"] < e["window_end"] <= e["time"], e
   ckpt = checkpoint.restore(str(workdir / "checkpoints"))
   assert ckpt.step == applied
 
@@ -257,6 +262,89 @@ def test_sigterm_on_a_running_cluster_ends_the_run_and_leaves_the_cluster(
   assert ray.cluster_resources().get("CPU", 0) >= 1
 
 
+def _start_cli(workdir, *extra):
+  return subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", "--backend=ray",
+       "--num_workers=2", "--communication_window=10", "--dataset=digits",
+       "--hidden_sizes=32", "--batch_size=32", "--epochs=2000",
+       "--eval_every_seconds=0", "--noplots", f"--workdir={workdir}", *extra],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(process, ready, seconds=120.0):
+  deadline = time.monotonic() + seconds
+  while not ready():
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    assert time.monotonic() < deadline
+    time.sleep(0.05)
+
+
+def _session_processes(session_dir):
+  """Live processes whose command line names the Ray session directory (its daemons)."""
+  found = []
+  for p in psutil.process_iter(["cmdline", "status"]):
+    if (p.info["status"] != psutil.STATUS_ZOMBIE and session_dir and
+        session_dir in " ".join(p.info["cmdline"] or ())):
+      found.append(p.pid)
+  return found
+
+
+def test_a_sigkilled_driver_leaves_no_process_of_its_ray_instance(tmp_path):
+  workdir = tmp_path / "run"
+  process = _start_cli(workdir)
+  try:
+    pids_json = workdir / "pids.json"
+    _wait_for(process, lambda: pids_json.exists() and all(
+        json.loads(pids_json.read_text())["workers"]))
+    session = json.loads(pids_json.read_text())["ray_session_dir"]
+    assert session and _session_processes(session)
+    tree = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+    assert len(_ray_daemons(psutil.Process(process.pid))) == 2
+    process.kill()
+    process.communicate()
+    # Its keeper ends the instance: daemons, agents and actors, in 10 s.
+    assert not _wait_gone(tree + _session_processes(session), 10.0)
+    assert not _session_processes(session)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.communicate()
+
+
+def _keeper_started(process):
+  return any("ray_head.py" in " ".join(p.cmdline())
+             for p in psutil.Process(process.pid).children())
+
+
+def test_ctrl_c_while_the_ray_head_starts_is_one_true_line(tmp_path):
+  # One moment of start-up; scripts/attacks.py sends SIGINT and SIGTERM at
+  # many more, up to the first commit.
+  workdir = tmp_path / "run"
+  process = _start_cli(workdir)
+  try:
+    _wait_for(process, lambda: _keeper_started(process))
+    time.sleep(1.0)
+    tree = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.communicate()
+  assert process.returncode == 130, stderr[-3000:]
+  assert "Traceback" not in stderr
+  line = stderr.strip().splitlines()[-1]
+  if (workdir / "summary.json").exists():
+    assert line == f"train: error: interrupted; partial results in {workdir}"
+    assert json.loads((workdir / "summary.json").read_text())[
+        "outcome"] == "interrupted"
+  else:
+    assert line == ("train: error: interrupted before the run started; "
+                    "nothing was written")
+    assert not workdir.exists()
+  assert not _wait_gone(tree, 10.0)
+
+
 def test_bad_ray_address_is_one_line(tmp_path):
   workdir = tmp_path / "run"
   result = run_cli("--backend=ray", "--ray_address=127.0.0.1:1",
@@ -314,7 +402,8 @@ def test_commits_come_out_in_arrival_order_with_backpressure(ray_instance):
   transport = RayTransport.create(size, 1, num_workers=2, capacity=2)
 
   def meta(worker, clock):
-    return CommitMeta(worker, clock, 0.0, 0.0, 0.0)
+    return CommitMeta(worker, clock, 0.5, 0.25, 2.0, 1.0,
+                      np.array([0.125, 0.375], np.float32))
 
   try:
     center = np.arange(size, dtype=np.float32)
@@ -332,6 +421,8 @@ def test_commits_come_out_in_arrival_order_with_backpressure(ray_instance):
     for _ in range(2):
       commit = transport.next_commit(timeout=10)
       taken.append((commit.meta.worker, float(commit.payload[0][0])))
+      assert commit.meta[2:6] == (0.5, 0.25, 2.0, 1.0)
+      assert commit.meta.step_accuracy.tolist() == [0.125, 0.375]
       transport.release(commit)
     assert taken == [(1, 1.0), (0, 2.0)]
     # Worker 0's done comes after its commit; worker 1 commits again.

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from agn_jax import TrainConfig, checkpoint, data
+from agn_jax.errors import CheckpointError
 from agn_jax.runtime import RunError, train
 from helpers import (assert_nothing_left, assert_one_line_error,
                      metrics_rows, run_cli, snapshot, train_with_two_failures)
@@ -199,10 +200,10 @@ def test_resume_from_a_missing_workdir(tmp_path):
   assert "no run to resume" in line
   assert not workdir.exists()
   # The library says so too, before anything is written.
-  with pytest.raises(checkpoint.CheckpointError, match="no such directory"):
+  with pytest.raises(CheckpointError, match="no such directory"):
     train(TrainConfig(workdir=str(workdir), resume=True))
   (workdir / "checkpoints").mkdir(parents=True)
-  with pytest.raises(checkpoint.CheckpointError, match="no checkpoint in"):
+  with pytest.raises(CheckpointError, match="no checkpoint in"):
     train(TrainConfig(workdir=str(workdir), resume=True))
   assert os.listdir(workdir) == ["checkpoints"]
 
@@ -248,6 +249,63 @@ def test_resume_on_the_simulated_backend_is_one_line(interrupted, tmp_path):
   assert result.returncode == 1
   assert "not a simulated run's" in line and "--backend" in line
   assert snapshot(workdir) == before
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A directory on a 4 MiB tmpfs of its own with about 192 kB free (root only)."""
+  mount = tmp_path / "disk"
+  mount.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs",
+                            str(mount)], capture_output=True)
+  if mounted.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()!r}")
+  try:
+    with open(mount / "filler", "wb") as f:
+      f.write(b"\0" * (4 * 2**20 - 192 * 2**10))
+    yield mount
+  finally:
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_ends_the_run_in_one_line_and_resume_elsewhere_finishes(
+    small_disk, tmp_path):
+  workdir = small_disk / "run"
+  result = run_cli(*TINY, "--epochs=400", "--checkpoint_every_seconds=0.2",
+                   "--noplots", f"--workdir={workdir}")
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr
+  # After the progress bar, one line: the file it could not write, and why.
+  lines = result.stderr.replace("\r", "\n").strip().splitlines()
+  line = lines[-1]
+  assert [l for l in lines if "error" in l.lower()] == [line], lines[-3:]
+  assert "cannot write" in line and f"{workdir}/" in line, line
+  assert "[Errno 28] No space left on device" in line, line
+  # What could be written says how the run ended; else error.log, or the
+  # disk had no room for either.
+  summary_path = workdir / "summary.json"
+  if summary_path.exists():
+    summary = json.loads(summary_path.read_text())
+    assert summary["outcome"] == "failed"
+    assert summary["failure"] == line.split("train: error: ", 1)[1]
+  # The last checkpoint is usable, and a resume elsewhere finishes with
+  # every commit once.
+  elsewhere = tmp_path / "elsewhere"
+  shutil.copytree(workdir, elsewhere)
+  ckpt = checkpoint.restore(str(elsewhere / "checkpoints"))
+  lam, batch, n = 4, 32, 2
+  num_train = len(data.load("digits", seed=0).x_train)
+  windows = max(ckpt.meta["worker_commits"]) + 20
+  epochs = windows * lam * batch * n / num_train + 1e-6
+  result = run_cli(f"--epochs={epochs}", f"--workdir={elsewhere}", "--resume",
+                   "--noplots")
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads((elsewhere / "summary.json").read_text())
+  assert summary["outcome"] == "completed"
+  assert summary["resumed_from_commit"] == ckpt.step
+  clocks = [r["clock"] for r in metrics_rows(elsewhere, ["commit"])]
+  assert clocks == list(range(1, summary["num_commits"] + 1))
+  assert summary["num_commits"] == 2 * windows
 
 
 def test_nothing_is_ever_loaded_with_pickle():

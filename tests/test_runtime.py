@@ -14,9 +14,11 @@ import numpy as np
 import optax
 import pytest
 
-from agn_jax import TrainConfig, build, data
+from agn_jax import TrainConfig, build, checkpoint, data
 from agn_jax.runtime import RunError, train
-from agn_jax.runtime.worker import BatchSampler
+from agn_jax.runtime.bookkeeping import RunBook
+from agn_jax.runtime.inprocess import InProcessBackend
+from agn_jax.shares import BatchSampler
 from helpers import assert_nothing_left
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -66,6 +68,18 @@ def test_workdir_files_and_progress_events(agn_run):
   assert len(commits) == summary["num_commits"]
   for key in ("time", "worker", "clock", "staleness", "loss", "accuracy"):
     assert key in commits[0]
+  # Each of the λ = 10 steps' accuracy (multiples of 1/32 at batch 32), and
+  # the window's bounds: a worker's windows follow one another, each done
+  # before the server applied its commit.
+  for worker in range(4):
+    mine = [c for c in commits if c["worker"] == worker]
+    for c in mine:
+      assert len(c["step_accuracy"]) == 10
+      assert all(32 * a == int(32 * a) for a in c["step_accuracy"]), c
+      assert np.mean(c["step_accuracy"]) == pytest.approx(c["accuracy"])
+      assert c["window_start"] < c["window_end"] <= c["time"], c
+    for before, after in zip(mine, mine[1:]):
+      assert before["window_end"] <= after["window_start"]
   assert [c["clock"] for c in commits] == list(range(1, len(commits) + 1))
   assert evals and evals[-1]["final"]
   assert evals[-1]["accuracy"] == summary["final_test_accuracy"]
@@ -120,6 +134,40 @@ def test_one_worker_agn_equals_lookahead(tmp_path):
   np.testing.assert_allclose(center, expected, rtol=1e-5, atol=1e-6)
   assert np.abs(center - np.concatenate(
       [np.ravel(l) for l in jax.tree.leaves(params)])).max() > 1e-3
+
+
+def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
+  """The server, 2 workers and the evaluator as threads under the real supervisor: no process, seconds."""
+  lam, batch, windows = 5, 32, 6
+  ds = data.load("digits", seed=0)
+  epochs = (windows * lam * batch * 2 + 1) / len(ds.x_train)
+  config = _config(tmp_path, num_workers=2, communication_window=lam,
+                   hidden_sizes=(16,), epochs=epochs).resolved()
+  book = RunBook(config, None, "inprocess")
+  run = InProcessBackend(config, book, cache_dir="")
+  try:
+    run.prepare()
+    run.run()
+    center = run.final_center()
+    summary = book.write_summary(interrupted=False)
+  finally:
+    run.shutdown()
+    book.close()
+  assert not [t for t in run.threads.values() if t.is_alive()]
+  assert summary["num_commits"] == summary["expected_commits"] == 2 * windows
+  assert summary["worker_commits"] == [windows, windows]
+  assert summary["rejected_commits"] == 0 and summary["completed"]
+  commits = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl")
+             .read_text().splitlines() if '"commit"' in l]
+  assert [c["clock"] for c in commits] == list(range(1, 2 * windows + 1))
+  model, _ = build.build_model(config, ds.num_classes, ds.input_shape)
+  initial = np.concatenate([np.ravel(l) for l in jax.tree.leaves(
+      build.initial_center(config, model, ds.x_train.shape[1]))])
+  assert np.abs(center - initial).max() > 1e-3  # The center moved.
+  # The final checkpoint (asked for through the supervisor) holds it.
+  saved = checkpoint.restore(str(tmp_path / "run" / "checkpoints"))
+  assert saved.step == 2 * windows
+  np.testing.assert_array_equal(saved.center, center)
 
 
 def test_non_finite_commit_is_rejected_and_training_goes_on(

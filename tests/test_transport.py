@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from agn_jax.runtime import shm
-from agn_jax.runtime.transport import CommitHeader, SharedMemoryTransport
+from agn_jax.runtime.transport import (CommitHeader, CommitMeta,
+                                       SharedMemoryTransport)
 
 NUM_PARAMS = 200_000  # Big enough that a copy takes a while.
 
@@ -21,12 +22,17 @@ def _publisher(transport, count):
     transport.publish(center, clock)
 
 
+def _steps(value):
+  """Commit `value`'s step accuracies: 0 to 3 of them, so lengths vary."""
+  return np.arange(int(value) % 4, dtype=np.float32) / 8 + value
+
+
 def _committer(transport, worker, values):
   for value in values:
-    slot = transport.acquire_slot(worker, timeout=10)
-    assert slot is not None
-    transport.slot(slot)[:] = value
-    transport.queue_slot(CommitHeader(slot, worker, 0, 0.0, 0.0, 0.0))
+    payload = np.full((2, transport.num_params), value, np.float32)
+    meta = CommitMeta(worker, int(value), 1 / value, value / 16, value + 0.5,
+                      None if value == 3 else value - 0.25, _steps(value))
+    assert transport.commit(payload, meta, timeout=10)
 
 
 @pytest.fixture
@@ -87,7 +93,8 @@ def test_full_ring_blocks_until_a_slot_is_freed(make_transport):
 
 
 def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
-  transport = make_transport(num_params=1000, payload_size=2, num_slots=2)
+  transport = make_transport(num_params=1000, payload_size=2, num_slots=2,
+                             step_capacity=3)
   values = [float(v) for v in range(1, 11)]
   child = ctx.Process(target=_committer, args=(transport, 7, values))
   child.start()
@@ -98,7 +105,13 @@ def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
     payload = transport.slot(header.slot)
     assert payload.shape == (2, 1000)
     assert np.all(payload == payload[0, 0])
-    seen.append(float(payload[0, 0]))
+    value = float(payload[0, 0])
+    seen.append(value)
+    # The metadata of this very commit came along, step accuracies exact.
+    assert header[2:6] == (int(value), 1 / value, value / 16, value + 0.5)
+    assert header.window_start == (None if value == 3 else value - 0.25)
+    assert header.step_accuracy.dtype == np.float32
+    np.testing.assert_array_equal(header.step_accuracy, _steps(value))
     slots.add(header.slot)
     transport.free_slot(header.slot)
   child.join()
@@ -159,3 +172,13 @@ def test_a_worker_can_wait_until_its_commits_are_handled(make_transport):
   assert not transport.wait_acknowledged(1, 1, timeout=0.05)
   transport.acknowledge(1)
   assert transport.wait_acknowledged(1, 1, timeout=1)
+
+
+def test_a_commit_with_more_step_accuracies_than_the_ring_holds_is_refused(
+    make_transport):
+  transport = make_transport(num_params=4, payload_size=1, num_slots=1,
+                             step_capacity=2)
+  meta = CommitMeta(0, 0, 0.0, 0.0, 0.0, 0.0, np.zeros(3, np.float32))
+  with pytest.raises(ValueError, match="3 step accuracies; the ring holds 2"):
+    transport.commit((np.zeros(4, np.float32),), meta, timeout=1)
+  assert list(transport.slot_owners()) == [-1]  # No slot left half-filled.

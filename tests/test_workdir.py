@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from agn_jax.errors import WorkdirBusy, WorkdirError
 from agn_jax.runtime import workdir as workdir_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,11 +18,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HOLDER = textwrap.dedent(f"""
     import os, sys
     sys.path.insert(0, {ROOT!r})
+    from agn_jax.errors import WorkdirBusy
     from agn_jax.runtime import workdir
     try:
       lock = workdir.lock_workdir(sys.argv[1], create=True,
                                   owner="holder " + sys.argv[2])
-    except workdir.WorkdirBusy as e:
+    except WorkdirBusy as e:
       print("busy", e, flush=True)
       sys.exit(3)
     print("locked", os.getpid(), flush=True)
@@ -52,14 +54,14 @@ def test_second_process_is_told_who_holds_the_workdir(tmp_path):
   try:
     line = holder.stdout.readline().split()
     assert line == ["locked", str(holder.pid)]
-    with pytest.raises(workdir_lib.WorkdirBusy) as e:
+    with pytest.raises(WorkdirBusy) as e:
       workdir_lib.lock_workdir(str(path), create=True, owner="me")
     message = str(e.value)
     assert "\n" not in message
     assert f"pid {holder.pid}" in message and "holder a" in message
     assert str(path) in message
     # --resume (no create) is refused the same way.
-    with pytest.raises(workdir_lib.WorkdirBusy, match=f"pid {holder.pid}"):
+    with pytest.raises(WorkdirBusy, match=f"pid {holder.pid}"):
       workdir_lib.lock_workdir(str(path), create=False, owner="me")
     holder.stdin.close()
     assert holder.stdout.readline().strip() == "released"
@@ -94,7 +96,7 @@ def test_lock_is_released_when_the_holder_is_killed(tmp_path):
   holder = start_holder(path)
   try:
     assert holder.stdout.readline().split()[0] == "locked"
-    with pytest.raises(workdir_lib.WorkdirBusy):
+    with pytest.raises(WorkdirBusy):
       workdir_lib.lock_workdir(str(path), create=False, owner="me")
     holder.send_signal(signal.SIGKILL)
     assert holder.wait() == -signal.SIGKILL
@@ -134,7 +136,7 @@ def test_impossible_paths_are_one_line_errors(tmp_path):
       (link, False, "is a symlink"),
   ]
   for path, create, reason in cases:
-    with pytest.raises(workdir_lib.WorkdirError) as e:
+    with pytest.raises(WorkdirError) as e:
       workdir_lib.lock_workdir(str(path), create=create, owner="me")
     assert reason in str(e.value) and str(path) in str(e.value)
     assert "\n" not in str(e.value)
@@ -147,7 +149,7 @@ def test_a_symlinked_lock_file_is_refused(tmp_path):
   run = tmp_path / "run"
   run.mkdir()
   (run / workdir_lib.LOCK_NAME).symlink_to(outside)
-  with pytest.raises(workdir_lib.WorkdirError, match="symlink"):
+  with pytest.raises(WorkdirError, match="symlink"):
     workdir_lib.lock_workdir(str(run), create=False, owner="me")
   assert outside.read_text() == "keep"
 
@@ -161,21 +163,21 @@ def test_symlinked_run_entries_are_refused(tmp_path):
   (run / "summary.json").write_text("{}")
   workdir_lib.check_no_symlinks(str(run))  # Real files and missing ones: fine.
   (run / "metrics.jsonl").symlink_to(outside / "metrics.jsonl")
-  with pytest.raises(workdir_lib.WorkdirError, match="metrics.jsonl is a symlink"):
+  with pytest.raises(WorkdirError, match="metrics.jsonl is a symlink"):
     workdir_lib.check_no_symlinks(str(run))
   for mode in ("r", "a", "w", "r+b"):
-    with pytest.raises(workdir_lib.WorkdirError, match="metrics.jsonl"):
+    with pytest.raises(WorkdirError, match="metrics.jsonl"):
       workdir_lib.safe_open(str(run), "metrics.jsonl", mode)
   assert (outside / "metrics.jsonl").read_text() == "precious\n"
   os.unlink(run / "metrics.jsonl")
   # A link inside checkpoints/ is found too, and opening through one is refused.
   (run / "checkpoints").mkdir()
   (run / "checkpoints" / "7").symlink_to(outside)
-  with pytest.raises(workdir_lib.WorkdirError, match="checkpoints/7 is a symlink"):
+  with pytest.raises(WorkdirError, match="checkpoints/7 is a symlink"):
     workdir_lib.check_no_symlinks(str(run), ["checkpoints"])
-  with pytest.raises(workdir_lib.WorkdirError, match="symlink"):
+  with pytest.raises(WorkdirError, match="symlink"):
     workdir_lib.safe_open(str(run), "checkpoints/7/metrics.jsonl", "w")
-  with pytest.raises(workdir_lib.WorkdirError, match="inside the workdir"):
+  with pytest.raises(WorkdirError, match="inside the workdir"):
     workdir_lib.safe_open(str(run), "../outside/metrics.jsonl", "w")
   assert (outside / "metrics.jsonl").read_text() == "precious\n"
 
@@ -207,7 +209,7 @@ def test_default_names_never_collide(tmp_path):
   assert all(p.returncode == 0 for p in procs)
   assert outputs[0] != outputs[1]
   assert all(os.path.isdir(o) and not os.listdir(o) for o in outputs)
-  with pytest.raises(workdir_lib.WorkdirError, match="cannot create"):
+  with pytest.raises(WorkdirError, match="cannot create"):
     (tmp_path / "file").write_text("x")
     workdir_lib.unique_default_workdir(str(tmp_path / "file"), "s")
 

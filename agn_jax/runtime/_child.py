@@ -6,26 +6,27 @@ Nothing here imports JAX at module level: a child applies its placement first.
 import os
 import signal
 import traceback
-from typing import Any, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
+from agn_jax.errors import Diverged
+from agn_jax.runtime import channels
 from agn_jax.runtime import placement as placement_lib
+from agn_jax.runtime.transport import Transport
 
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "agn_jax", "jax_cache")
 
 
 class RunContext(NamedTuple):
-  """Everything a child needs, handed over once as a `Process` argument.
+  """Everything a part needs, handed over once when it starts (a `Process` argument, say).
 
   Attributes:
-    config: `TrainConfig.to_dict()` (every process rebuilds the same parts).
-    data: the `SharedArrays` with x_train, y_train, x_test, y_test.
-    transport: the `Transport` to the center and the commit ring.
-    events: queue of `events` records to the launcher (server and
-      evaluator; each worker gets its own `EventPipe` instead).
-    flags: the run's `shm.Flags`: `stop` (workers finish their window and
-      report done), `abort` (everyone leaves now), `go` (every worker is
-      ready: start training), `compiled` (worker 0 filled the compilation
-      cache), `final` (evaluate the final center and exit).
+    config: `TrainConfig.to_dict()` (every part rebuilds the same pieces).
+    data: the run's data.
+    transport: the center and the commits.
+    events: the part's channel to the launcher (with processes, the server
+      and the evaluator share a queue; each worker gets its own
+      `EventPipe`).
+    switches: the run's `channels.SWITCH_NAMES`.
     layout: the parameters' shapes and dtypes (`FlatLayout.metadata()`).
     num_classes: of the dataset.
     input_shape: of one example.
@@ -35,10 +36,10 @@ class RunContext(NamedTuple):
       ends a driver's actors with it).
   """
   config: dict
-  data: Any
-  transport: Any
-  events: Any
-  flags: Any
+  data: channels.DataSource
+  transport: Transport
+  events: channels.Events
+  switches: channels.Switches
   layout: Sequence
   num_classes: int
   input_shape: Tuple[int, ...]
@@ -46,11 +47,8 @@ class RunContext(NamedTuple):
   parent_pid: Optional[int]
 
 
-FLAG_NAMES = ("stop", "abort", "go", "compiled", "final")
-
-
-class EventPipe:
-  """A worker's own channel to the launcher, with the `put` of a queue.
+class EventPipe(channels.Events):
+  """A worker's own channel to the launcher: the writing end of a pipe.
 
   One writer per pipe, and no lock: a worker killed mid-message cannot block
   anyone else, unlike a `multiprocessing.Queue` shared by all workers.
@@ -59,8 +57,35 @@ class EventPipe:
   def __init__(self, connection):
     self._connection = connection
 
-  def put(self, item) -> None:
-    self._connection.send(item)
+  def put(self, event) -> None:
+    self._connection.send(event)
+
+
+class QueueEvents(channels.Events):
+  """The server's and the evaluator's channel to the launcher: a `multiprocess.Queue`.
+
+  Its feeder thread takes what is put, so the server never waits for the
+  launcher to read.
+  """
+
+  def __init__(self, queue):
+    self.queue = queue
+
+  def put(self, event) -> None:
+    self.queue.put(event)
+
+
+class PipeReplies(channels.Replies):
+  """The launcher's answers to the server: the reading end of a pipe."""
+
+  def __init__(self, connection):
+    self._connection = connection
+
+  def poll(self, timeout):
+    return self._connection.poll(timeout)
+
+  def recv(self):
+    return self._connection.recv()
 
 
 def enter(placement: placement_lib.Placement) -> None:
@@ -69,8 +94,11 @@ def enter(placement: placement_lib.Placement) -> None:
   The launcher already spawned the child with this environment; setting it
   again keeps a child correct however it was started.
   """
-  # The launcher coordinates Ctrl-C; a child must not die of it on its own.
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    # The launcher coordinates Ctrl-C; a child must not die of it on its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+  except ValueError:  # Not the main thread: the process handles its own.
+    pass
   os.environ.update(placement.env)
   if placement.cpu_affinity and hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, placement.cpu_affinity)
@@ -96,10 +124,6 @@ def configure_jax(cache_dir: Optional[str]):
 def parent_alive(ctx: RunContext) -> bool:
   """False once the launcher is gone (re-parented), so no child is orphaned."""
   return ctx.parent_pid is None or os.getppid() == ctx.parent_pid
-
-
-class Diverged(RuntimeError):
-  """A worker's commits were non-finite again and again: restarting it would not help."""
 
 
 def report_failure(ctx: RunContext, role: str, error: BaseException) -> None:
@@ -130,8 +154,7 @@ def param_layout(model, config, input_shape):
   """The `FlatLayout` of the model's parameters, without computing them."""
   import math
   import jax
-  from agn_jax import models
-  from agn_jax.runtime import flat
+  from agn_jax import flat, models
   input_dim = math.prod(input_shape)
   shapes = jax.eval_shape(
       lambda: models.init_params(model, jax.random.PRNGKey(config.seed),

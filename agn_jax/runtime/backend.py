@@ -3,19 +3,28 @@
 A `Backend` supervises the run's parts (start, watch, restart, stop) and
 hands every event to the shared books (`bookkeeping.RunBook`); `train()`
 picks one by name from `BACKENDS`. What every backend computes the same way
-(the data, the shares, the parameter layout) is `plan()`.
+(the data, the shares, the parameter layout) is `plan()`. `ServerBackend`
+is the supervision of a server, workers and an evaluator, written once; the
+processes and Ray backends (and threads, `inprocess`) only start, wait for,
+read and stop their parts.
 """
 
 import abc
+import contextlib
 import importlib
+import os
+import signal
+import threading
 import time
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from agn_jax.config import TrainConfig
+from agn_jax.errors import RunError, Terminated
+from agn_jax.runtime import _child
 from agn_jax.runtime import events as ev
-from agn_jax.runtime.bookkeeping import RunError
+from agn_jax.runtime.bookkeeping import write_json
 
 # name -> "module:Class", imported on first use (Ray is an optional install).
 BACKENDS = {
@@ -63,8 +72,7 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
       window.
   """
   from agn_jax import build, data
-  from agn_jax.runtime import _child
-  from agn_jax.runtime.worker import windows_per_worker
+  from agn_jax.shares import windows_per_worker
   if dataset is None:
     dataset = data.load(config.dataset, config.data_dir,
                         size=config.dataset_size, seed=config.seed)
@@ -141,18 +149,237 @@ class Backend(abc.ABC):
     """Ends every part and frees every resource; safe to call twice."""
 
 
-class ServerBackend(Backend):
-  """A backend of separate parts (a server, workers, an evaluator) that talk through a `Transport`.
+MAX_SLOTS = 8  # Enough to keep the server busy; bounded so workers feel backpressure.
+GRACE_SECONDS = 1.5  # The parts poll the abort switch at least every 0.2 s.
 
-  Subclasses set `transport` and `flags` (the run's stop/abort/go/compiled/
-  final flags) in `prepare`, keep `incarnations` (worker -> restarts so far)
-  and supervise in `_supervise`; what a part's exit means, winding down and
-  reading the final center are then the same for all of them.
+
+def cache_dir_default() -> str:
+  """The persistent compilation cache: `$AGN_JAX_CACHE_DIR` or ~/.cache/agn_jax/jax_cache."""
+  return os.environ.get("AGN_JAX_CACHE_DIR", _child.DEFAULT_CACHE_DIR)
+
+
+def dataset_arrays(dataset) -> Dict[str, np.ndarray]:
+  """The arrays of an `agn_jax.data.Dataset` that the parts read (`channels.DataSource.arrays`)."""
+  return {"x_train": dataset.x_train, "y_train": dataset.y_train,
+          "x_test": dataset.x_test, "y_test": dataset.y_test}
+
+
+def worker_of(role: str) -> Optional[int]:
+  """The worker index of a part's role, or None for the server and the evaluator.
+
+  Example:
+    >>> worker_of("worker 3"), worker_of("server")
+    (3, None)
+  """
+  return int(role.split()[1]) if role.startswith("worker ") else None
+
+
+class ServerBackend(Backend):
+  """A run of separate parts (a server, workers, an evaluator) that talk through a `Transport`, supervised here.
+
+  This class owns the run's life: it starts the parts (the server first,
+  and on resume waits until it has restored the checkpoint), hands their
+  events to the books, answers the server's checkpoint requests, opens the
+  start barrier, restarts a worker that died (within the run's restart
+  budget), fails the run when the server or the evaluator dies, writes
+  pids.json, winds down after an interrupt and ends every part. Ctrl-C and
+  SIGTERM take effect at its own points (`_interrupt_point`), never inside
+  a call to a part or to the books.
+
+  A subclass supplies the parts' channels and how to handle a part:
+
+  * `_set_up`: sets `transport`, `switches`, `events` and `data`;
+  * `_launch(role)`: starts a part ("server", "evaluator", "worker {w}");
+  * `_wait(timeout)`: the roles of parts that ended and are not yet read;
+  * `_exit_cause(role)`: reads how an ended part ended, `(ok, cause)`;
+  * `_take_events()`: what the parts sent; `_reply(answer)` answers the
+    server;
+  * `_pid(role)`, `_retire(role)`, `_end_parts()`: a part's process id, a
+    dead worker's remains, and stopping every part.
+
+  Options (keyword arguments of `train()`):
+    num_slots: how many commits may wait for the server (default
+      `min(n, MAX_SLOTS)`).
+    cache_dir: JAX's persistent compilation cache (default
+      `cache_dir_default()`; "" turns it off).
   """
 
-  transport = None
-  flags = None
-  incarnations = None
+  poll_seconds = 0.1  # The longest the supervisor waits between two looks.
+  parent_pid: Optional[int] = None  # `RunContext.parent_pid` of the parts.
+
+  def __init__(self, config, book, num_slots=None, cache_dir=None):
+    super().__init__(config, book)
+    self.num_slots = num_slots
+    self.cache_dir = cache_dir_default() if cache_dir is None else cache_dir
+    self.transport = self.switches = self.events = self.data = None
+    self.ctx = None
+    self.incarnations: Dict[int, int] = {}  # worker -> restarts so far
+    self.running = set()  # Roles of the parts started and not yet ended.
+    self.restarted_pids: List[int] = []  # Dead workers' processes.
+    self.interrupts: List[int] = []  # Ctrl-C / SIGTERM not acted upon yet.
+    self.closed = False
+
+  # What a backend supplies.
+
+  @abc.abstractmethod
+  def _set_up(self, plan: Plan, slots: int, dataset) -> None:
+    """Creates `transport`, `switches`, `events` (the server's and the evaluator's) and `data`.
+
+    Args:
+      plan: the run's `Plan`.
+      slots: how many commits may wait for the server.
+      dataset: the dataset given to `train()`, or None (the plan loaded it).
+    """
+
+  @abc.abstractmethod
+  def _launch(self, role: str) -> None:
+    """Starts a part: the server (restoring the checkpoint if the run resumes), the evaluator, or worker w (incarnation `incarnations[w]`)."""
+
+  @abc.abstractmethod
+  def _wait(self, timeout: float) -> List[str]:
+    """Waits up to `timeout` seconds for an event or a part's end; returns the roles that ended and were not read yet."""
+
+  @abc.abstractmethod
+  def _exit_cause(self, role: str) -> Tuple[bool, str]:
+    """How an ended part ended: `(ok, cause)`, e.g. `(False, "killed by signal 9")`; it is then forgotten by `_wait`."""
+
+  @abc.abstractmethod
+  def _take_events(self) -> Iterable:
+    """The events the parts sent, oldest first; each is taken once handed out."""
+
+  @abc.abstractmethod
+  def _reply(self, answer) -> None:
+    """Sends `answer` to the server (`channels.Replies`)."""
+
+  @abc.abstractmethod
+  def _pid(self, role: str) -> Optional[int]:
+    """The process id of a part, once it is known."""
+
+  def _retire(self, role: str) -> None:
+    """Releases what is left of a dead worker before it is started again."""
+
+  @abc.abstractmethod
+  def _end_parts(self) -> None:
+    """Ends every part within `GRACE_SECONDS` (they were told to leave) and frees every resource."""
+
+  def _pids_extra(self) -> Dict[str, Any]:
+    """The backend's own entries of pids.json."""
+    return {}
+
+  # Set-up.
+
+  def prepare(self, dataset=None):
+    config, book = self.config, self.book
+    the_plan = plan(config, dataset)
+    self._interrupt_point()
+    book.expected_commits = the_plan.expected_commits
+    slots = self.num_slots or min(config.num_workers, MAX_SLOTS)
+    book.extra_summary["num_slots"] = slots
+    self._set_up(the_plan, slots, dataset)
+    self.incarnations = {w: 0 for w in range(config.num_workers)}
+    self.ctx = _child.RunContext(
+        config=config.to_dict(), data=self.data, transport=self.transport,
+        events=self.events, switches=self.switches,
+        layout=the_plan.layout.metadata(),
+        num_classes=the_plan.dataset.num_classes,
+        input_shape=tuple(the_plan.dataset.input_shape),
+        cache_dir=self.cache_dir, parent_pid=self.parent_pid)
+    if not config.resume:
+      book.open()
+
+  def run(self):
+    with self._interrupts_deferred():
+      self._start("server")
+      if self.config.resume:
+        self._await_restore()
+      self._interrupt_point()
+      self._start("evaluator")
+      for w in range(self.config.num_workers):
+        self._interrupt_point()
+        self._start(f"worker {w}")
+      self._write_pids()
+      self.book.timeline["spawned"] = time.time()
+      self._supervise()
+
+  def _start(self, role):
+    self._launch(role)
+    self.running.add(role)
+
+  def _await_restore(self):
+    """Waits until the server has read and checked the checkpoint, then takes over the workdir."""
+    while self.book.restored is None:
+      self._interrupt_point()
+      ended = self._wait(self.poll_seconds)
+      self._drain()
+      if ended and self.book.restored is None:
+        self._on_exit(ended[0])  # Raises why, if the server said.
+        raise RunError("server exited before restoring the checkpoint")
+    self.book.open(self.book.restored.metrics_offset)
+
+  def _write_pids(self):
+    """pids.json, once every part's process is known: for leak checks and for attacks on the run."""
+    n = self.config.num_workers
+    roles = ["server", "evaluator", *(f"worker {w}" for w in range(n))]
+    pids = {role: self._pid(role) for role in roles}
+    if None in pids.values():
+      return
+    write_json(self.book.workdir / "pids.json", {
+        "server": pids["server"],
+        "evaluator": pids["evaluator"],
+        "workers": [pids[f"worker {w}"] for w in range(n)],
+        "restarted_workers": self.restarted_pids,
+        **self._pids_extra(),
+    })
+
+  # Supervision.
+
+  def _supervise(self, deadline: Optional[float] = None) -> None:
+    """Handles events and ended parts until the run is over (`_over`), or `deadline` (monotonic)."""
+    while not self._over():
+      self._interrupt_point()
+      timeout = self.poll_seconds
+      if deadline is not None:
+        timeout = min(timeout, deadline - time.monotonic())
+        if timeout <= 0:
+          return
+      timeout = self._stop_after_max_seconds(timeout)
+      ended = self._wait(timeout)
+      self._drain()
+      for role in ended:
+        self._on_exit(role)
+      self._advance()
+
+  def _over(self) -> bool:
+    """The final evaluation is in, and every worker has ended (its last events are in), or `GRACE_SECONDS` passed."""
+    final = self.book.final_eval
+    return final is not None and (
+        time.time() - final.time > GRACE_SECONDS or
+        not any(worker_of(role) is not None for role in self.running))
+
+  def _drain(self):
+    for event in self._take_events():
+      if isinstance(event, ev.CheckpointRequest):
+        # Every event the server sent before is in the file: that is the
+        # position a resume from this checkpoint cuts metrics.jsonl back to.
+        self._reply((event.clock, self.book.metrics_position()))
+      else:
+        self.book.handle(event)
+
+  def _on_exit(self, role):
+    """A part ended: a worker is started again if it must be; the server or the evaluator may only end when done."""
+    ok, cause = self._exit_cause(role)
+    self.running.discard(role)
+    self._drain()  # Its last words (an error report) come first.
+    w = worker_of(role)
+    if w is None:
+      self._check_exit(role, ok, cause)
+    elif self._worker_exited(w, ok, cause):
+      pid = self._pid(role)
+      if pid is not None:
+        self.restarted_pids.append(pid)
+      self._retire(role)
+      self._start(role)
+      self._write_pids()
 
   def _check_exit(self, role: str, ok: bool, cause: str) -> None:
     """The server or the evaluator left: fine once its work is done, else the run fails.
@@ -166,7 +393,7 @@ class ServerBackend(Backend):
       raise RunError(f"{role} {cause}")
 
   def _worker_exited(self, w: int, ok: bool, cause: str) -> bool:
-    """What worker `w`'s exit means; True when the backend must start it again.
+    """What worker `w`'s exit means; True when it must be started again.
 
     Its share done, or all its commits in: nothing to redo. Winding down: no
     restart, and the server is told it is done. Otherwise the books count a
@@ -182,7 +409,7 @@ class ServerBackend(Backend):
     if transport.is_done(w):
       return False  # It died after finishing its share: nothing to redo.
     transport.reclaim(w)  # A commit it was writing; a queued one stays.
-    if self.flags.is_set("stop"):
+    if self.switches.is_set("stop"):
       # Winding down: no restart; the server must not wait for this worker.
       acked = transport.acknowledged(w)
       samples = acked * self.config.communication_window * self.config.batch_size
@@ -195,36 +422,79 @@ class ServerBackend(Backend):
     self.incarnations[w] += 1
     return True
 
-  @abc.abstractmethod
-  def _supervise(self, deadline: Optional[float] = None) -> None:
-    """Handles events and exits until the final evaluation, or `deadline` (monotonic)."""
-
   def _stop_after_max_seconds(self, timeout: float) -> float:
     """Sets `stop` once `max_seconds` have passed; returns how long to wait at most."""
     config = self.config
-    if config.max_seconds and not self.flags.is_set("stop"):
+    if config.max_seconds and not self.switches.is_set("stop"):
       remaining = config.max_seconds - (time.time() - self.book.t0)
       if remaining <= 0:
-        self.flags.set("stop")  # Workers finish their window and report done.
+        self.switches.set("stop")  # Workers finish their window and report done.
       timeout = max(0.0, min(timeout, remaining))
     return timeout
 
   def _advance(self) -> None:
     """The start barrier once every worker is ready; `final` once the server is done."""
     book = self.book
-    if (not self.flags.is_set("go") and
+    if (not self.switches.is_set("go") and
         len(book.ready) == self.config.num_workers):
       book.start_training()
-      self.flags.set("go")  # Every worker is compiled: training begins.
-    if book.server_done is not None and not self.flags.is_set("final"):
-      self.flags.set("final")  # The center is final: evaluate it once more.
+      self.switches.set("go")  # Every worker is compiled: training begins.
+    if book.server_done is not None and not self.switches.is_set("final"):
+      self.switches.set("final")  # The center is final: evaluate it once more.
+
+  # Interrupts.
+
+  @contextlib.contextmanager
+  def _interrupts_deferred(self):
+    """Ctrl-C and SIGTERM are raised at the supervisor's own points (`_interrupt_point`), never inside a call to a part or to the books.
+
+    A call to Ray, say, may swallow the exception a signal handler raised
+    inside it, and the run would go on as if nothing had been asked; a row
+    of metrics.jsonl would be cut in half.
+    """
+    if threading.current_thread() is not threading.main_thread():
+      yield
+      return
+    note = lambda signum, frame: self.interrupts.append(signum)
+    previous = {signum: signal.signal(signum, note)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+      yield
+      self._interrupt_point()
+    finally:
+      for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+  def _interrupt_point(self):
+    """Raises the first interrupt that came (KeyboardInterrupt, or `Terminated` for SIGTERM)."""
+    if self.interrupts:
+      signum = self.interrupts[0]
+      self.interrupts.clear()
+      if signum == signal.SIGTERM:
+        raise Terminated(f"received signal {signum}")
+      raise KeyboardInterrupt
+
+  # The end.
 
   def wind_down(self, seconds):
-    if self.flags is not None and self.book.owns_files:
-      self.flags.set("stop")  # Workers finish their window and report done.
+    if self.switches is not None and self.book.owns_files:
+      self.switches.set("stop")  # Workers finish their window and report done.
       self._supervise(deadline=time.monotonic() + seconds)
 
   def final_center(self):
     center = np.empty(self.transport.num_params, np.float32)
     self.transport.pull(center)
     return center
+
+  def shutdown(self):
+    if self.closed:
+      return
+    self.closed = True
+    if self.switches is not None:
+      try:
+        # After a normal end everyone has left already; otherwise leave now.
+        self.switches.set("stop")
+        self.switches.set("abort")
+      except Exception:  # pylint: disable=broad-except
+        pass  # The switches are gone with their holder; `_end_parts` ends all.
+    self._end_parts()

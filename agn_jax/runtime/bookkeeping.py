@@ -21,22 +21,14 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from agn_jax.checkpoint import CheckpointError
 from agn_jax.config import TrainConfig
+from agn_jax.errors import CheckpointError, RunError
 from agn_jax.runtime import events as ev
 
 Progress = Callable[[Dict[str, object]], None]
 
 # A run fails when more of its commits were rejected (non-finite) than applied.
 MAX_REJECTED_FRACTION = 0.5
-
-
-class RunError(RuntimeError):
-  """A part of the run failed, or its outcome is no result; the message is one line."""
-
-
-class NothingToDo(Exception):
-  """`--resume` of a run that already completed its share: no file was touched."""
 
 
 def resume_error(workdir, message) -> CheckpointError:
@@ -53,20 +45,47 @@ def read_json(path: pathlib.Path) -> Optional[dict]:
   return value if isinstance(value, dict) else None
 
 
+def cannot_write(path, error: OSError) -> RunError:
+  """The one-line failure of a write to the run's books: the path and the errno."""
+  return RunError(f"cannot write {path}: [Errno {error.errno}] "
+                  f"{error.strerror or type(error).__name__}")
+
+
 def write_json(path, obj):
-  """Writes `obj` as JSON atomically (a temporary file, then a rename), following no symlink."""
+  """Writes `obj` as JSON atomically (a temporary file, then a rename), following no symlink.
+
+  Raises:
+    RunError: the file cannot be written (`cannot_write`: a full disk, ...).
+  """
   from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   path = pathlib.Path(path)
-  workdir_lib.write_atomic(str(path.parent), path.name,
-                           json.dumps(obj, indent=2) + "\n")
+  try:
+    workdir_lib.write_atomic(str(path.parent), path.name,
+                             json.dumps(obj, indent=2) + "\n")
+  except OSError as e:
+    raise cannot_write(path, e) from None
 
 
 def completed_summary(workdir) -> Optional[dict]:
   """The summary.json of a run that did its whole share, else None."""
   summary = read_json(pathlib.Path(workdir) / "summary.json")
-  if summary and summary.get("completed") is True:
+  if summary and outcome(summary) == "completed":
     return summary
   return None
+
+
+OUTCOMES = ("completed", "interrupted", "failed")
+
+
+def outcome(summary: dict) -> Optional[str]:
+  """How the run of a summary.json ended: its `outcome`, one of `OUTCOMES`, or None if it says none.
+
+  Example:
+    >>> outcome({"outcome": "failed", "completed": False}), outcome({})
+    ('failed', None)
+  """
+  value = summary.get("outcome")
+  return value if value in OUTCOMES else None
 
 
 class RunBook:
@@ -87,7 +106,6 @@ class RunBook:
     self.t0 = time.time()
     self.metrics_file = None
     self.expected_commits: Optional[int] = None
-    self.windows_per_worker: Optional[int] = None
     self.extra_summary: Dict[str, object] = {}
     self.timeline: Dict[str, float] = {}
     # When training began (the start barrier), and the `time` it began at.
@@ -111,6 +129,8 @@ class RunBook:
     self.final_eval = None
     self.last_checkpoint = None
     self.previous_summary = None
+    # Whether this session's summary.json says how it ended.
+    self.summary_written = False
     self._handlers = {
         ev.WorkerReady: self._on_worker_ready,
         ev.ServerReady: lambda e: None,
@@ -138,6 +158,13 @@ class RunBook:
     the checkpoint) and appended to, and the whole run's statistics so far
     are read back from it.
     """
+    try:
+      self._open(metrics_offset)
+    except OSError as e:
+      raise cannot_write(getattr(e, "filename", None) or self.workdir,
+                         e) from None
+
+  def _open(self, metrics_offset):
     from agn_jax.runtime import workdir as workdir_lib
     self.workdir.mkdir(parents=True, exist_ok=True)
     workdir_lib.check_no_symlinks(self.workdir)
@@ -156,7 +183,7 @@ class RunBook:
     else:
       self.metrics_file = workdir_lib.safe_open(self.workdir, "metrics.jsonl",
                                                 "w")
-    write_json(self.workdir / "config.json", self.config.to_dict())
+    write_json(self.workdir / "config.json", self.config.to_record())
 
   def _read_back(self, path):
     """The staleness and training time of the rows a resume keeps."""
@@ -178,17 +205,30 @@ class RunBook:
   def save_center(self, center: np.ndarray) -> None:
     """Writes the final center as `center.npy` (flat float32; load with `allow_pickle=False`)."""
     from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-    with workdir_lib.safe_open(self.workdir, "center.npy", "wb") as f:
-      np.save(f, center, allow_pickle=False)
+    try:
+      with workdir_lib.safe_open(self.workdir, "center.npy", "wb") as f:
+        np.save(f, center, allow_pickle=False)
+    except OSError as e:
+      raise cannot_write(self.workdir / "center.npy", e) from None
+
+  def _flush(self):
+    try:
+      self.metrics_file.flush()
+    except OSError as e:
+      raise cannot_write(self.workdir / "metrics.jsonl", e) from None
 
   def metrics_position(self) -> int:
     """How far metrics.jsonl goes, with every event handled so far in it."""
-    self.metrics_file.flush()
+    self._flush()
     return self.metrics_file.tell()
 
   def close(self):
+    """Closes metrics.jsonl; never raises (the summary flushed it, or the run failed already)."""
     if self.metrics_file is not None and not self.metrics_file.closed:
-      self.metrics_file.close()
+      try:
+        self.metrics_file.close()
+      except OSError:
+        pass  # Closed anyway; its failure to flush was raised before.
 
   # Time bases.
 
@@ -218,9 +258,12 @@ class RunBook:
     extra.pop("at", None)
     record = ev.row(event, self._relative,
                     wall_time=round(when - self.t0, 6), **extra)
-    self.metrics_file.write(json.dumps(record) + "\n")
+    try:
+      self.metrics_file.write(json.dumps(record) + "\n")
+    except OSError as e:
+      raise cannot_write(self.workdir / "metrics.jsonl", e) from None
     if event.kind in ("commit", "eval"):
-      self.metrics_file.flush()
+      self._flush()
       if self.progress is not None:
         self.progress(record)
 
@@ -274,8 +317,10 @@ class RunBook:
 
   def _on_failed(self, e: ev.Failed):
     if self.owns_files:
-      with open(self.workdir / "error.log", "a") as f:
-        f.write(f"{e.role}: {e.traceback}\n")
+      try:
+        self.log_error(f"{e.role}: {e.traceback}")
+      except RunError:
+        pass  # The failure itself is what the run reports.
     if e.role.startswith("worker") and not e.fatal:
       # Its exit decides: restart, or fail the run with this message.
       self.worker_errors[int(e.role.split()[1])] = e.message
@@ -295,6 +340,15 @@ class RunBook:
 
   def take_worker_error(self, worker: int) -> Optional[str]:
     return self.worker_errors.pop(worker, None)
+
+  def log_error(self, text: str) -> None:
+    """Appends `text` to error.log; raises `RunError` if it cannot be written."""
+    from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    try:
+      with workdir_lib.safe_open(self.workdir, "error.log", "a") as f:
+        f.write(text.rstrip("\n") + "\n")
+    except OSError as e:
+      raise cannot_write(self.workdir / "error.log", e) from None
 
   # The end.
 
@@ -349,7 +403,11 @@ class RunBook:
         "batch_size": config.batch_size,
         "epochs": config.epochs,
         "dataset": config.dataset,
-        "config": config.to_dict(),
+        "config": config.to_record(),
+        # completed: its whole share; interrupted: Ctrl-C, SIGTERM or
+        # --max_seconds ended it first; `write_summary` and `write_failure`
+        # say when it failed.
+        "outcome": "completed" if completed else "interrupted",
         "completed": completed,
         "interrupted": interrupted,
         "final_test_accuracy": evaluation.accuracy if evaluation else None,
@@ -400,13 +458,40 @@ class RunBook:
     return None
 
   def write_summary(self, interrupted: bool) -> Dict[str, object]:
-    """Writes summary.json; raises `RunError` when a finished run is no result."""
+    """Writes summary.json of a run that ended or was interrupted; raises `RunError` when a finished run is no result.
+
+    Raises:
+      RunError: the run's outcome is no result (its summary says `failed`
+        and why), or metrics.jsonl or summary.json cannot be written.
+    """
+    if self.metrics_file is not None and not self.metrics_file.closed:
+      self._flush()  # Rows lost to a full disk must not pass unnoticed.
     summary = self.summary(interrupted)
     failure = None if interrupted else self.outcome_error(summary)
     if failure:
-      summary["completed"] = False
-      summary["failure"] = failure
+      summary.update(completed=False, outcome="failed", failure=failure)
     write_json(self.workdir / "summary.json", summary)
+    self.summary_written = True
     if failure:
       raise RunError(failure)
     return summary
+
+  def write_failure(self, reason: str) -> None:
+    """After a failure: summary.json says `failed`, `reason` and the counts so far.
+
+    Only once the run owns its workdir, and only if this session wrote no
+    summary yet. When summary.json cannot be written (a full disk),
+    error.log says so if it can. Never raises.
+    """
+    if not self.owns_files or self.summary_written:
+      return
+    summary = self.summary(interrupted=False)
+    summary.update(completed=False, outcome="failed", failure=reason)
+    try:
+      write_json(self.workdir / "summary.json", summary)
+      self.summary_written = True
+    except RunError as e:
+      try:
+        self.log_error(f"run failed: {reason}; no summary.json: {e}")
+      except RunError:
+        pass  # Nothing can be written: the caller's one line says why.

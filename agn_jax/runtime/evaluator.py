@@ -13,7 +13,7 @@ from agn_jax.runtime import events
 
 
 def evaluator_main(ctx: _child.RunContext, placement) -> None:
-  """Entry point of the evaluator; the `final` flag means "evaluate now and exit"."""
+  """Entry point of the evaluator (a spawned process); the `final` switch means "evaluate now and exit"."""
   _child.enter(placement)
   if not run_evaluator(ctx):
     raise SystemExit(1)
@@ -30,6 +30,8 @@ def run_evaluator(ctx: _child.RunContext) -> bool:
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, "evaluator", e)
     return False
+  finally:
+    ctx.events.flush()
   return True
 
 
@@ -59,10 +61,10 @@ def _evaluate_loop(ctx):
   next_time = time.monotonic() + (period or 0)
   while True:
     wait = max(0.0, next_time - time.monotonic()) if period > 0 else 0.5
-    if ctx.flags.wait("final", min(wait, 0.5)):
+    if ctx.switches.wait("final", min(wait, 0.5)):
       evaluate(True)
       return
-    if not _child.parent_alive(ctx) or ctx.flags.is_set("abort"):
+    if not _child.parent_alive(ctx) or ctx.switches.is_set("abort"):
       return
     if period > 0 and time.monotonic() >= next_time:
       evaluate(False)

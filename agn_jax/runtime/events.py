@@ -13,7 +13,9 @@ Example:
   ('commit', 3)
 """
 
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
+
+import numpy as np
 
 
 class WorkerReady(NamedTuple):
@@ -63,6 +65,18 @@ class Committed(NamedTuple):
     loss: the worker's mean local loss over the window.
     accuracy: the worker's mean local accuracy over the window.
     sim_time: simulated seconds (simulated backend only).
+    window_start: when the window's first local step began.
+    window_end: when its last local step was done. The λ steps of a window
+      run in one dispatch and have no times of their own; readers spread
+      them evenly over `[window_start, window_end]`, step i (from 0) ending
+      at `window_start + (i + 1) (window_end − window_start) / λ`. On the
+      simulated backend both are the round's, the steps run in.
+    step_accuracy: each local step's mini-batch training accuracy, in order
+      (`step_values`); None when the loss has none.
+    sim_window_start: the window's start on the simulated clock, where
+      each step's time is exact.
+    sim_window_end: its end on the simulated clock; the commit's message
+      and the server's queue come after it, so `sim_time` may be later.
   """
   time: float
   worker: int
@@ -71,6 +85,11 @@ class Committed(NamedTuple):
   loss: float
   accuracy: float
   sim_time: Optional[float] = None
+  window_start: Optional[float] = None
+  window_end: Optional[float] = None
+  step_accuracy: Optional[Sequence[float]] = None
+  sim_window_start: Optional[float] = None
+  sim_window_end: Optional[float] = None
   kind = "commit"
 
 
@@ -165,6 +184,30 @@ ROWS = {
 }
 # Fields a row leaves out (bulky or per-process).
 _NOT_IN_ROWS = {"timeline", "stats", "acknowledged"}
+# Fields a row leaves out when they are None (backend- or loss-specific).
+_OPTIONAL = {"sim_time", "window_start", "window_end", "step_accuracy",
+             "sim_window_start", "sim_window_end"}
+# `time.time()` stamps, which a row gives as seconds on its `time` base.
+_STAMPS = {"time", "window_start", "window_end"}
+
+
+def step_values(values) -> Optional[List[float]]:
+  """Step accuracies as a row carries them: each float32 as its shortest decimal.
+
+  The kernel computes them in float32; their shortest decimals keep every
+  bit and keep the rows short (a batch-128 accuracy has at most 9 digits).
+
+  Example:
+    >>> step_values(np.array([0.5, 1 / 3, 127 / 128], np.float32))
+    [0.5, 0.33333334, 0.9921875]
+    >>> step_values([]) is None
+    True
+  """
+  values = np.asarray(values, np.float32).reshape(-1)
+  if not values.size:
+    return None
+  return [float(np.format_float_positional(v, unique=True, trim="-"))
+          for v in values]
 
 
 def row(event: Event, relative: Callable[[float], Optional[float]],
@@ -179,8 +222,8 @@ def row(event: Event, relative: Callable[[float], Optional[float]],
   """
   out = {"event": event.kind}
   for key, value in event._asdict().items():
-    if key in _NOT_IN_ROWS or (key == "sim_time" and value is None):
+    if key in _NOT_IN_ROWS or (key in _OPTIONAL and value is None):
       continue
-    out[key] = relative(value) if key == "time" else value
+    out[key] = relative(value) if key in _STAMPS else value
   out.update(extra)
   return out

@@ -15,21 +15,18 @@ import time
 from typing import Callable, Dict, Optional
 
 from agn_jax.config import TrainConfig
+from agn_jax.errors import NothingToDo, RunError, Terminated, WorkdirError
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import placement as placement_lib
 from agn_jax.runtime import workdir as workdir_lib
-from agn_jax.runtime.bookkeeping import (NothingToDo, RunBook, RunError,
-                                         completed_summary, resume_error)
+from agn_jax.runtime.bookkeeping import (RunBook, completed_summary,
+                                         resume_error)
 
 Progress = Callable[[Dict[str, object]], None]
 
 # After Ctrl-C / SIGTERM: time for the workers' last windows, the final
 # checkpoint and evaluation, so that the whole run ends within 10 s.
 _WIND_DOWN_SECONDS = 5.0
-
-
-class Terminated(KeyboardInterrupt):
-  """SIGTERM, raised like Ctrl-C so that a run shuts down the same way."""
 
 
 def _raise_interrupt(signum, frame):
@@ -95,7 +92,12 @@ def train(config: TrainConfig,
   ends and every resource (process, shared-memory segment, actor) is freed
   however the run ends: normally, by a failure (raised here as `RunError`),
   or by Ctrl-C / SIGTERM (re-raised as `KeyboardInterrupt` after a final
-  checkpoint and `summary.json` with `interrupted`).
+  checkpoint). Once the run owns its workdir (config.json and metrics.jsonl
+  written), summary.json says how it ended: `outcome` completed,
+  interrupted or failed (with `failure`, the one-line reason, and the
+  counts so far); if even that cannot be written, error.log says so if it
+  can. A write that fails (a full disk) fails the run in one line naming the
+  file and the errno.
 
   Reliability:
     * A worker that dies (killed, out of memory, an exception) is restarted
@@ -135,7 +137,7 @@ def train(config: TrainConfig,
   Raises:
     ValueError: a bad config (before anything starts).
     CheckpointError: (a ValueError) `config.resume` cannot resume.
-    workdir.WorkdirBusy: another run holds the workdir.
+    WorkdirBusy: another run holds the workdir.
     NothingToDo: `config.resume` of a completed run.
     RunError: a part failed, or the outcome is no result.
 
@@ -157,7 +159,7 @@ def train(config: TrainConfig,
     if config.resume:
       _check_resume(config)
     elif set(workdir_lib.entries(config.workdir)) & set(workdir_lib.RUN_ENTRIES):
-      raise workdir_lib.WorkdirError(
+      raise WorkdirError(
           f"workdir {config.workdir} holds another run's results; resume it "
           f"(--resume) or choose another workdir")
     book = RunBook(config, progress, config.backend)
@@ -191,6 +193,10 @@ def _execute(run: backend_lib.Backend, book: RunBook, dataset):
     run.shutdown()
     if book.owns_files:  # Only once this run owns the files.
       book.write_summary(interrupted=True)
+    raise
+  except Exception as e:
+    # Whatever ended it, summary.json says so with the counts so far.
+    book.write_failure(" ".join(str(e).split()) or type(e).__name__)
     raise
   finally:
     run.shutdown()

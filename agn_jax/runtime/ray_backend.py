@@ -4,8 +4,10 @@ They run the processes backend's own loops (`server.serve`,
 `worker.run_worker`, `evaluator.run_evaluator`). The center travels through
 Ray's object store, where a read on the same node maps the stored pages
 (zero-copy), and commits travel as object references through a FIFO queue
-held by one small actor, the hub, with the acknowledgement counters, the done
-flags and the run's flags. Ray is an optional install
+held by one small actor, the hub, with the acknowledgement counters, the
+workers' done reports and the run's switches (an `inprocess.CommitBoard`).
+Events reach the driver through a second actor, the mailbox. The
+supervision is `backend.ServerBackend`'s. Ray is an optional install
 (`pip install -r requirements-ray.txt`); this module imports it on first use.
 
 Example:
@@ -27,19 +29,18 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from agn_jax.errors import RayStartError, RunError
 from agn_jax.runtime import _child
 from agn_jax.runtime import backend as backend_lib
+from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
 from agn_jax.runtime import placement as placement_lib
-from agn_jax.runtime.bookkeeping import RunError, write_json
-from agn_jax.runtime.launcher import Terminated
-from agn_jax.runtime.processes import MAX_SLOTS, cache_dir_default
+from agn_jax.runtime import ray_head
+from agn_jax.runtime.inprocess import CommitBoard
 from agn_jax.runtime.transport import Commit, Transport
 
-_GRACE_SECONDS = 1.5  # The loops poll the abort flag at least every 0.2 s.
-_POLL_SECONDS = 0.05  # The driver's cadence: events, exits, the barrier.
 _CONNECT_SECONDS = 5.0  # To reach a cluster address before Ray's own (long) retries.
-_FLAG_SECONDS = 0.02  # How stale a part's view of an unset flag may be.
+_SWITCH_SECONDS = 0.02  # How stale a part's view of an unset switch may be.
 
 
 def _ray():
@@ -55,23 +56,17 @@ def _ray():
 
 
 class _Hub:
-  """What the parts share: the center's object reference, the commit queue, the counters, the flags.
+  """What the parts share: a `CommitBoard` (the center's object reference, the commit queue, the counters, the switches).
 
   An asyncio actor: its methods run one at a time on one event loop and
-  change state only between awaits, so every change is atomic, and a waiting
-  call (`next_commit`, `wait_acknowledged`, `wait_flag`) costs no polling.
-  The queue's order is the order in which commits reach the hub: FIFO.
+  change the board only between awaits, so every change is atomic, and a
+  waiting call (`next_commit`, `wait_acknowledged`, `wait_switch`) costs no
+  polling. The queue's order is the order in which commits reach the hub:
+  FIFO.
   """
 
   def __init__(self, num_workers: int, capacity: int):
-    self._capacity = capacity
-    self._center = None  # (packed center, clock): see `_pack`.
-    self._queue: List[tuple] = []  # (meta, packed payload), arrival order.
-    self._applying = [0] * num_workers
-    self._acks = [0] * num_workers
-    self._done: Dict[int, ev.WorkerDone] = {}
-    self._reported = set()  # Workers whose WorkerDone the server took.
-    self._flags = set()
+    self._board = CommitBoard(num_workers, capacity)
     self._changed = None
 
   def _condition(self):
@@ -79,91 +74,79 @@ class _Hub:
       self._changed = asyncio.Condition()
     return self._changed
 
-  async def _notify(self):
-    async with self._condition():
-      self._condition().notify_all()
+  async def _when(self, ready, step, timeout=None, otherwise=None):
+    """`step()` as soon as `ready()` holds, in one hold of the lock; `otherwise` after `timeout` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    changed = self._condition()
+    async with changed:
+      while not ready():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+          return otherwise
+        try:
+          await asyncio.wait_for(changed.wait(), left)
+        except asyncio.TimeoutError:
+          pass  # The lock is held again; `ready` decides.
+      result = step()
+      changed.notify_all()
+      return result
 
-  async def _until(self, predicate, timeout) -> bool:
-    if predicate():
-      return True
-    try:
-      async with self._condition():
-        await asyncio.wait_for(self._condition().wait_for(predicate), timeout)
-      return True
-    except asyncio.TimeoutError:
-      return predicate()
+  def _now(self, step):
+    return self._when(lambda: True, step)
 
   # The center.
   async def publish(self, packed, clock, after=None):
     del after  # Only orders this call after an earlier one.
-    self._center = (packed, clock)
-    await self._notify()
+    await self._now(lambda: self._board.publish(packed, clock))
 
   async def center(self, timeout):
-    await self._until(lambda: self._center is not None, timeout)
-    return self._center
+    return await self._when(lambda: self._board.center is not None,
+                            lambda: self._board.center, timeout)
 
   # Commits.
   async def commit(self, meta, packed, timeout) -> bool:
-    if not await self._until(lambda: len(self._queue) < self._capacity,
-                             timeout):
-      return False
-    self._queue.append((meta, packed))
-    await self._notify()
-    return True
+    return await self._when(self._board.has_room,
+                            lambda: self._board.push(meta, packed), timeout,
+                            False)
 
   async def next_commit(self, timeout):
-    def ready():
-      return self._queue or set(self._done) - self._reported
-    if not await self._until(ready, timeout):
-      return None
-    if self._queue:
-      # A worker commits before it finishes, so its WorkerDone comes last.
-      meta, ref = self._queue.pop(0)
-      self._applying[meta.worker] += 1
-      await self._notify()  # Room in the queue.
-      return meta, ref
-    w = min(set(self._done) - self._reported)
-    self._reported.add(w)
-    return self._done[w]
+    return await self._when(self._board.has_message, self._board.take,
+                            timeout)
 
   async def release(self, worker, handled: bool, after=None):
     del after  # Only orders this call after an earlier one.
-    self._applying[worker] -= 1
-    self._acks[worker] += int(handled)
-    await self._notify()
+    await self._now(lambda: self._board.release(worker, handled))
 
   async def wait_acknowledged(self, worker, count, timeout) -> bool:
-    return await self._until(lambda: self._acks[worker] >= count, timeout)
+    return await self._when(
+        lambda: self._board.acknowledged(worker) >= count, lambda: True,
+        timeout, False)
 
   async def finish(self, done):
-    self._done[done.worker] = done
-    await self._notify()
+    await self._now(lambda: self._board.finish(done))
 
   async def in_flight(self, worker) -> bool:
-    return (self._applying[worker] > 0 or
-            any(meta.worker == worker for meta, _ in self._queue))
+    return self._board.in_flight(worker)
 
   async def acknowledged(self, worker) -> int:
-    return self._acks[worker]
+    return self._board.acknowledged(worker)
 
   async def set_acknowledged(self, worker, count):
-    self._acks[worker] = count
-    await self._notify()
+    await self._now(lambda: self._board.set_acknowledged(worker, count))
 
   async def is_done(self, worker) -> bool:
-    return worker in self._done
+    return self._board.is_done(worker)
 
-  # The run's flags: one-way switches.
-  async def set_flag(self, key):
-    self._flags.add(key)
-    await self._notify()
+  # The run's switches.
+  async def set_switch(self, name):
+    await self._now(lambda: self._board.switches.add(name))
 
-  async def flags(self) -> set:
-    return set(self._flags)
+  async def switches(self) -> set:
+    return set(self._board.switches)
 
-  async def wait_flag(self, key, timeout) -> bool:
-    return await self._until(lambda: key in self._flags, timeout)
+  async def wait_switch(self, name, timeout) -> bool:
+    return await self._when(lambda: name in self._board.switches,
+                            lambda: True, timeout, False)
 
 
 class _Mailbox:
@@ -203,30 +186,21 @@ class _Host:
   """One Ray actor process that runs one part of the run: the server, a worker or the evaluator.
 
   Args:
-    env: what `placement` would set before JAX is imported; Ray already
-      started the process with it (`runtime_env`), and the accelerator ids
-      Ray assigned are known only here.
-    nice: the process's niceness increment.
-    platform: the worker's platform ("cpu" for the server and evaluator).
-    cpu_affinity: cores to pin the process's compute to, or None.
+    placement: what the part applies before JAX is imported
+      (`_child.enter`); Ray already started the process with its
+      environment (`runtime_env`). Linux applies its affinity and niceness
+      to this thread; JAX's threads, started from it later, inherit them
+      (Ray's own threads keep theirs).
+    platform: the part's platform; a TPU worker learns only here which chip
+      Ray assigned it.
   """
 
-  def __init__(self, env, nice, platform, cpu_affinity=None):
+  def __init__(self, placement, platform):
     self.entered = time.time()
-    try:
-      # The driver coordinates Ctrl-C; an actor must not die of it alone.
-      signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # Not the main thread.
-      pass
-    os.environ.update(env)
     if platform == "tpu":
-      os.environ.update(_tpu_env(self._accelerator_ids("TPU")))
-    # Linux applies both to this thread; JAX's threads, started from it
-    # later, inherit them (Ray's own threads keep theirs).
-    if cpu_affinity:
-      os.sched_setaffinity(0, cpu_affinity)
-    if nice:
-      os.nice(nice)
+      placement = placement._replace(env=dict(
+          placement.env, **_tpu_env(self._accelerator_ids("TPU"))))
+    _child.enter(placement)
 
   @staticmethod
   def _accelerator_ids(kind):
@@ -237,26 +211,17 @@ class _Host:
     import ray  # pylint: disable=g-import-not-at-top
     return {"pid": os.getpid(), "node": ray.util.get_node_ip_address()}
 
-  def serve(self, ctx, resume):
+  def serve(self, ctx, replies, resume):
     from agn_jax.runtime import server  # pylint: disable=g-import-not-at-top
-    try:
-      return server.serve(ctx, _Replies(ctx.events.mailbox), resume)
-    finally:
-      ctx.events.flush()
+    return server.serve(ctx, replies, resume)
 
   def work(self, ctx, index, incarnation):
     from agn_jax.runtime import worker  # pylint: disable=g-import-not-at-top
-    try:
-      return worker.run_worker(ctx, index, incarnation, self.entered)
-    finally:
-      ctx.events.flush()
+    return worker.run_worker(ctx, index, incarnation, self.entered)
 
   def evaluate(self, ctx):
     from agn_jax.runtime import evaluator  # pylint: disable=g-import-not-at-top
-    try:
-      return evaluator.run_evaluator(ctx)
-    finally:
-      ctx.events.flush()
+    return evaluator.run_evaluator(ctx)
 
 
 def _tpu_env(chips) -> Dict[str, str]:
@@ -271,7 +236,7 @@ def _tpu_env(chips) -> Dict[str, str]:
   return env
 
 
-# What the parts hold: the Transport, the flags, the events and the data.
+# What the parts hold: the Transport, the switches, the events and the data.
 
 # Smaller arrays travel inside the call to the hub (as Ray itself does with
 # small arguments); larger ones go through the object store once, and only
@@ -440,12 +405,13 @@ class RayTransport(Transport):
     return self._get(self._hub.is_done.remote(worker))
 
 
-class _Flags:
-  """The run's flags (`_child.FLAG_NAMES`), held by the hub.
+class RaySwitches(channels.Switches):
+  """The run's switches, held by the hub.
 
-  A flag is a one-way switch, so one seen set stays set here; `is_set` asks
-  the hub at most every `_FLAG_SECONDS` (the processes backend's children
-  poll theirs every 5 ms), so a worker's checks cost no call per window.
+  A switch stays set once set, so one seen set stays set here; `is_set`
+  asks the hub at most every `_SWITCH_SECONDS` (the processes backend's
+  children poll theirs every 5 ms), so a worker's checks cost no call per
+  window.
   """
 
   def __init__(self, hub):
@@ -459,29 +425,29 @@ class _Flags:
   def __setstate__(self, state):
     self.__init__(state["_hub"])
 
-  def set(self, key):
+  def set(self, name):
     import ray  # pylint: disable=g-import-not-at-top
-    ray.get(self._hub.set_flag.remote(key))
-    self._seen.add(key)
+    ray.get(self._hub.set_switch.remote(name))
+    self._seen.add(name)
 
-  def is_set(self, key):
+  def is_set(self, name):
     import ray  # pylint: disable=g-import-not-at-top
-    if key not in self._seen and (time.monotonic() - self._asked >
-                                  _FLAG_SECONDS):
-      self._seen |= ray.get(self._hub.flags.remote())
+    if name not in self._seen and (time.monotonic() - self._asked >
+                                   _SWITCH_SECONDS):
+      self._seen |= ray.get(self._hub.switches.remote())
       self._asked = time.monotonic()
-    return key in self._seen
+    return name in self._seen
 
-  def wait(self, key, timeout):
+  def wait(self, name, timeout):
     import ray  # pylint: disable=g-import-not-at-top
-    if key not in self._seen and ray.get(self._hub.wait_flag.remote(key,
-                                                                    timeout)):
-      self._seen.add(key)
-    return key in self._seen
+    if name not in self._seen and ray.get(
+        self._hub.wait_switch.remote(name, timeout)):
+      self._seen.add(name)
+    return name in self._seen
 
 
-class _Events:
-  """A part's channel to the driver, with the `put` of a queue: sends without waiting, in order."""
+class RayEvents(channels.Events):
+  """A part's channel to the driver through the mailbox: sends without waiting, in order."""
 
   def __init__(self, mailbox):
     self.mailbox = mailbox
@@ -497,7 +463,6 @@ class _Events:
     self._last = self.mailbox.put.remote(event)
 
   def flush(self):
-    """Waits until the mailbox holds every event sent so far (before a part returns)."""
     import ray  # pylint: disable=g-import-not-at-top
     if self._last is not None:
       try:
@@ -506,12 +471,18 @@ class _Events:
         pass
 
 
-class _Replies:
-  """The driver's answers to the server's checkpoint requests, with a `Connection`'s poll/recv."""
+class RayReplies(channels.Replies):
+  """The driver's answers to the server's checkpoint requests, through the mailbox."""
 
   def __init__(self, mailbox):
     self._mailbox = mailbox
     self._next = None
+
+  def __getstate__(self):
+    return {"_mailbox": self._mailbox}
+
+  def __setstate__(self, state):
+    self.__init__(state["_mailbox"])
 
   def poll(self, timeout):
     import ray  # pylint: disable=g-import-not-at-top
@@ -530,11 +501,11 @@ class _Replies:
     return value
 
 
-class _DatasetByName:
+class DatasetByName(channels.DataSource):
   """The run's data, loaded by each part itself from the dataset's name, size and seed.
 
   The driver ships no data: each worker takes its shard of what it loads
-  (`worker.shard_bounds`), the evaluator the test set.
+  (`shares.shard_bounds`), the evaluator the test set.
   """
 
   def __init__(self, config):
@@ -544,12 +515,11 @@ class _DatasetByName:
   def arrays(self):
     from agn_jax import data  # pylint: disable=g-import-not-at-top
     name, data_dir, size, seed = self._args
-    dataset = data.load(name, data_dir, size=size, seed=seed)
-    return {"x_train": dataset.x_train, "y_train": dataset.y_train,
-            "x_test": dataset.x_test, "y_test": dataset.y_test}
+    return backend_lib.dataset_arrays(data.load(name, data_dir, size=size,
+                                                seed=seed))
 
 
-class _StoredDataset:
+class StoredDataset(channels.DataSource):
   """A dataset object passed to `train()`: put once into the object store, read zero-copy on each node."""
 
   def __init__(self, ref):
@@ -606,13 +576,13 @@ class RayBackend(backend_lib.ServerBackend):
 
   Options (keyword arguments of `train()`):
     ray_address: "local" (start a private Ray instance with one CPU per core
-      of this machine, stopped at the end), "auto" (the cluster this
+      of this machine, stopped at the end and with this process however it
+      ends, SIGKILL included: `ray_head.LocalRay`), "auto" (the cluster this
       machine belongs to), or the head's "host:port"; default
       `config.ray_address`. A process that already called `ray.init()`
       keeps its connection, and the run never stops it.
-    num_slots: how many commits may wait in the queue (default `min(n, 8)`).
-    cache_dir: JAX's persistent compilation cache on each node (default
-      `processes.cache_dir_default()`; "" turns it off).
+    num_slots, cache_dir: as `backend.ServerBackend` has them (the cache
+      on each node).
 
   A `dataset=` object given to `train()` is put into the object store once
   (each node then reads it zero-copy); otherwise every part loads the data
@@ -620,91 +590,95 @@ class RayBackend(backend_lib.ServerBackend):
   """
 
   name = "ray"
+  poll_seconds = 0.05  # Nothing Ray does wakes the driver: it looks this often.
 
   def __init__(self, config, book, ray_address=None, num_slots=None,
                cache_dir=None):
-    super().__init__(config, book)
-    self.address = (ray_address if ray_address is not None else getattr(
-        config, "ray_address", "local"))
-    self.num_slots = num_slots
-    self.cache_dir = cache_dir_default() if cache_dir is None else cache_dir
+    super().__init__(config, book, num_slots, cache_dir)
+    self.address = config.ray_address if ray_address is None else ray_address
     self.ray = None
+    # The private instance that "local" started, with its keeper.
+    self.local: Optional[ray_head.LocalRay] = None
     self.connected = False  # This run called ray.init (and shuts it down).
-    self.hub = self.mailbox = None
+    self.hub = self.mailbox = self.replies = None
     self.taken = 0  # Events taken from the mailbox so far.
-    self.transport = self.flags = self.events = self.ctx = None
-    self.actors: Dict[str, object] = {}  # role -> actor handle
-    self.running: Dict[object, str] = {}  # ObjectRef of a part's loop -> role
+    self.actors: Dict[str, object] = {}  # role -> its latest actor
+    self.calls: Dict[str, object] = {}  # role -> ObjectRef of its loop, until read
     self.where: Dict[str, dict] = {}  # role -> {"pid", "node"}
-    self.pending_where: Dict[object, str] = {}
+    self.pending_where: Dict[object, tuple] = {}  # ObjectRef -> (role, actor)
     self.retired: List[object] = []  # Dead workers' actors, killed at the end.
-    self.previous: List[dict] = []
-    self.incarnations: Dict[int, int] = {}
-    self.closed = False
 
   # Set-up.
 
   def prepare(self, dataset=None):
-    config, book = self.config, self.book
-    check_address(self.address)
-    plan = backend_lib.plan(config, dataset)
-    book.expected_commits = plan.expected_commits
-    book.windows_per_worker = plan.windows
-    self._connect()
-    ray = self.ray
+    with self._interrupts_deferred():
+      check_address(self.address)
+      # Before the data and the model: their threads (XLA's) would not have
+      # Ctrl-C and SIGTERM blocked while Ray starts its core (`_connect`).
+      self._connect()
+      self._interrupt_point()
+      super().prepare(dataset)
+
+  def _set_up(self, plan, slots, dataset):
+    ray, n = self.ray, self.config.num_workers
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
     here = NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False)
     self.on_driver_node = dict(scheduling_strategy=here, num_cpus=0,
                                max_restarts=0)
-    n = config.num_workers
     self.single_node = sum(node["Alive"] for node in ray.nodes()) == 1
     self.platform, self.worker_options = self._worker_resources(n)
-    book.extra_summary["platform"] = self.platform
-    book.extra_summary["ray_address"] = self.address
-    slots = self.num_slots or min(n, MAX_SLOTS)
-    book.extra_summary["num_slots"] = slots
-
+    self.book.extra_summary["platform"] = self.platform
+    self.book.extra_summary["ray_address"] = self.address
     self.transport = RayTransport.create(plan.layout.num_params,
                                          plan.payload_size, n, slots,
                                          **self.on_driver_node)
     self.hub = self.transport.hub
     self.mailbox = ray.remote(_Mailbox).options(
         max_concurrency=1, **self.on_driver_node).remote()
-    self.flags = _Flags(self.hub)
-    self.events = _Events(self.mailbox)
-    data = (_DatasetByName(config) if dataset is None else _StoredDataset(
-        ray.put({"x_train": dataset.x_train, "y_train": dataset.y_train,
-                 "x_test": dataset.x_test, "y_test": dataset.y_test})))
-    self.ctx = _child.RunContext(
-        config=config.to_dict(), data=data, transport=self.transport,
-        events=self.events, flags=self.flags, layout=plan.layout.metadata(),
-        num_classes=plan.dataset.num_classes,
-        input_shape=tuple(plan.dataset.input_shape),
-        cache_dir=self.cache_dir, parent_pid=None)
-    if not config.resume:
-      book.open()
+    self.switches = RaySwitches(self.hub)
+    self.events = RayEvents(self.mailbox)
+    self.replies = RayReplies(self.mailbox)
+    self.data = (DatasetByName(self.config) if dataset is None else
+                 StoredDataset(ray.put(backend_lib.dataset_arrays(dataset))))
 
   def _connect(self):
-    """Connects to (or starts) Ray; the run's SIGTERM handling stays the launcher's."""
+    """Connects to Ray: a private instance started here for "local" (`ray_head`), else the cluster at the address."""
     ray = self.ray = _ray()
     if ray.is_initialized():
       return
-    old_term = signal.getsignal(signal.SIGTERM)
-    kwargs = dict(include_dashboard=False, log_to_driver=False,
-                  configure_logging=False)
-    if self.address == "local":
-      kwargs["num_cpus"] = len(placement_lib.available_cores())
-    try:
-      ray.init(address=self.address, **kwargs)
-    except ConnectionError as e:
-      raise ValueError(f"ray_address {self.address}: {e}") from None
-    finally:
-      # ray.init installs a SIGTERM handler that exits at once.
-      if (old_term is not None and
-          threading.current_thread() is threading.main_thread()):
-        signal.signal(signal.SIGTERM, old_term)
-    self.connected = True
+    address = self.address
+    if address == "local":
+      self.local = ray_head.LocalRay.launch(
+          num_cpus=len(placement_lib.available_cores()))
+      try:
+        self.local.wait_ready()
+      except RayStartError as e:
+        raise RunError(str(e)) from None
+      address = self.local.address
+    error = []
+
+    def connect():
+      try:
+        ray.init(address=address, log_to_driver=False,
+                 configure_logging=False)
+      except BaseException as e:  # pylint: disable=broad-except
+        error.append(e)
+
+    # In a thread of its own: in the main thread ray.init installs a SIGTERM
+    # handler that exits at once, and an exception raised by a signal
+    # handler must not cut Ray's start of its core in half. Ctrl-C and
+    # SIGTERM are blocked meanwhile (Ray's core installs a handler of its own
+    # that prints a stack trace) and take effect once it is done.
+    thread = threading.Thread(target=connect, name="ray.init", daemon=True)
+    with _interrupts_held(block=True), _quiet_ray_init():
+      thread.start()
+      thread.join()
+      self.connected = not error
+    if error and isinstance(error[0], ConnectionError):
+      raise ValueError(f"ray_address {self.address}: {error[0]}") from None
+    if error:
+      raise error[0]
 
   def _worker_resources(self, n):
     """(platform, the worker actors' resource options), checked against the cluster."""
@@ -749,120 +723,71 @@ class RayBackend(backend_lib.ServerBackend):
     return platform, dict(options, env=env, scheduling_strategy="SPREAD",
                           max_restarts=0)
 
-  def _host(self, role, env, nice, platform, cpu_affinity=None, **options):
+  def _host(self, role, placement, platform, **options):
     host = self.ray.remote(_Host).options(
-        runtime_env={"env_vars": dict(env)}, **options).remote(
-            env, nice, platform, cpu_affinity)
+        runtime_env={"env_vars": dict(placement.env)}, **options).remote(
+            placement, platform)
     self.actors[role] = host
-    self.pending_where[host.where.remote()] = role
+    self.pending_where[host.where.remote()] = (role, host)
     return host
 
-  def _start_worker(self, w):
+  # The parts.
+
+  def _launch(self, role):
+    w = backend_lib.worker_of(role)
+    if w is None:
+      placement = placement_lib.host_placement(os.environ.get("XLA_FLAGS", ""))
+      host = self._host(role, placement, "cpu", **self.on_driver_node)
+      self.calls[role] = (
+          host.serve.remote(self.ctx, self.replies, self.config.resume)
+          if role == "server" else host.evaluate.remote(self.ctx))
+      return
     options = dict(self.worker_options)
-    env = options.pop("env")
     affinity = None
     if self.single_node and self.platform == "cpu":
       # One machine, as with processes: each worker its own core(s).
       affinity = placement_lib.worker_placement(
           "cpu", w, self.config.num_workers,
           cores=placement_lib.available_cores()).cpu_affinity
-    host = self._host(f"worker {w}", env, placement_lib.WORKER_NICE,
-                      self.platform, affinity, **options)
-    self.running[host.work.remote(self.ctx, w,
-                                  self.incarnations.setdefault(w, 0))] = (
-                                      f"worker {w}")
-
-  def run(self):
-    with _sigterm_kept():
-      self._run()
-
-  def _run(self):
-    host_env = placement_lib.host_placement(
-        os.environ.get("XLA_FLAGS", "")).env
-    server = self._host("server", host_env, 0, "cpu", **self.on_driver_node)
-    self.running[server.serve.remote(self.ctx, self.config.resume)] = "server"
-    if self.config.resume:
-      self._await_restore()
-    evaluator = self._host("evaluator", host_env, 0, "cpu",
-                           **self.on_driver_node)
-    self.running[evaluator.evaluate.remote(self.ctx)] = "evaluator"
-    for w in range(self.config.num_workers):
-      self._start_worker(w)
-    self.book.timeline["spawned"] = time.time()
-    self._supervise()
-
-  def _await_restore(self):
-    """Waits until the server has read and checked the checkpoint, then takes over the workdir."""
-    while self.book.restored is None:
-      done = self._wait(_POLL_SECONDS)
-      self._drain()
-      for ref in done:
-        role = self.running.pop(ref)
-        if self.book.restored is None:
-          self._on_exit(role, ref)
-          raise RunError("server exited before restoring the checkpoint")
-    self.book.open(self.book.restored.metrics_offset)
-
-  # Supervision.
+    placement = placement_lib.Placement(options.pop("env"), affinity,
+                                        placement_lib.WORKER_NICE)
+    host = self._host(role, placement, self.platform, **options)
+    self.calls[role] = host.work.remote(self.ctx, w, self.incarnations[w])
 
   def _wait(self, timeout):
-    """The parts' loops that ended within `timeout` seconds."""
-    refs = list(self.running)
-    if not refs:
+    refs = list(self.calls.values())
+    done = []
+    if refs:
+      self.ray.wait(refs, num_returns=1, timeout=timeout)
+      done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
+    else:
       time.sleep(timeout)
-      return []
-    self.ray.wait(refs, num_returns=1, timeout=timeout)
-    done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
-    return done
+    self._note_where()
+    done = set(done)
+    return [role for role, ref in self.calls.items() if ref in done]
 
-  def _supervise(self, deadline: Optional[float] = None):
-    """Handles events and ended loops until the final evaluation and every worker's end (or `deadline`)."""
-    book = self.book
-    while book.final_eval is None or any(
-        role.startswith("worker") for role in self.running.values()):
-      timeout = _POLL_SECONDS
-      if deadline is not None:
-        timeout = min(timeout, deadline - time.monotonic())
-        if timeout <= 0:
-          return
-      timeout = self._stop_after_max_seconds(timeout)
-      done = self._wait(timeout)
-      self._drain()
-      for ref in done:
-        self._on_exit(self.running.pop(ref), ref)
-      self._note_where()
-      self._advance()
+  def _exit_cause(self, role):
+    ref = self.calls.pop(role)
+    try:
+      ok = bool(self.ray.get(ref))
+      return ok, "exited early" if ok else "exited after a failure"
+    except self.ray.exceptions.RayActorError as e:
+      logs = (os.path.join(self.local.session_dir, "logs")
+              if self.local is not None and self.local.session_dir else None)
+      return False, _death(e, self._pid(role), logs)
 
-  def _drain(self):
+  def _take_events(self):
     for event in self.ray.get(self.mailbox.take.remote(self.taken)):
       self.taken += 1  # Before handling, as a queue's `get` would.
-      if isinstance(event, ev.CheckpointRequest):
-        # Every event the server sent before is in the file: that is the
-        # position a resume from this checkpoint cuts metrics.jsonl back to.
-        self.mailbox.reply.remote((event.clock, self.book.metrics_position()))
-      else:
-        self.book.handle(event)
+      yield event
 
-  def _on_exit(self, role, ref):
-    try:
-      ok, cause = bool(self.ray.get(ref)), "exited after a failure"
-    except self.ray.exceptions.RayActorError as e:
-      ok, cause = False, _death(e)
-    self._drain()  # Its last words (an error report) come first.
-    if role.startswith("worker"):
-      return self._on_worker_exit(int(role.split()[1]), ok, cause)
-    self._check_exit(role, ok, cause if not ok else "exited early")
+  def _reply(self, answer):
+    self.mailbox.reply.remote(answer)
 
-  def _on_worker_exit(self, w, ok, cause):
-    """Restarts a dead worker with the rest of its share, within the run's budget."""
-    if not self._worker_exited(w, ok, cause):
-      return
-    role = f"worker {w}"
+  def _retire(self, role):
     self.retired.append(self.actors.pop(role))
-    if role in self.where:
-      self.previous.append(self.where.pop(role))
+    self.where.pop(role, None)
     self.ray.kill(self.retired[-1], no_restart=True)
-    self._start_worker(w)
 
   def _note_where(self):
     """Records where each actor runs as soon as it has started (pids.json)."""
@@ -871,46 +796,52 @@ class RayBackend(backend_lib.ServerBackend):
     ready, _ = self.ray.wait(list(self.pending_where),
                              num_returns=len(self.pending_where), timeout=0)
     for ref in ready:
-      role = self.pending_where.pop(ref)
+      role, host = self.pending_where.pop(ref)
       try:
         place = self.ray.get(ref)
       except self.ray.exceptions.RayActorError:
         continue
-      if self.actors.get(role) is not None:
+      if self.actors.get(role) is host:  # Not a retired one's answer.
         self.where[role] = place
     if ready:
       self._write_pids()
 
-  def _write_pids(self):
-    n = self.config.num_workers
-    pid = lambda role: self.where.get(role, {}).get("pid")
-    write_json(self.book.workdir / "pids.json", {
-        "server": pid("server"),
-        "evaluator": pid("evaluator"),
-        "workers": [pid(f"worker {i}") for i in range(n)],
-        "restarted_workers": [p["pid"] for p in self.previous],
+  def _pid(self, role):
+    return self.where.get(role, {}).get("pid")
+
+  def _pids_extra(self):
+    return {
         "shm_segments": [],  # Ray's object store is Ray's to clean up.
         "nodes": {role: p["node"] for role, p in self.where.items()},
         "ray_address": self.address,
-    })
+        # The private instance "local" started: its keeper, and the session
+        # directory by which its processes are known.
+        "ray_keeper": self.local.keeper.pid if self.local else None,
+        "ray_session_dir": self.local.session_dir if self.local else None,
+    }
 
   # The end.
 
   def shutdown(self):
-    if self.closed or self.ray is None:
-      return
-    self.closed = True
+    # Ray's stop, like its start, must not be cut in half; an interrupt
+    # meanwhile only asks for what is happening already.
+    with _interrupts_held(drop=True):
+      super().shutdown()
+
+  def _end_parts(self):
+    if self.ray is not None:
+      self._stop_actors()
+    if self.local is not None:
+      self.local.stop()  # The instance and every process in it.
+
+  def _stop_actors(self):
     ray = self.ray
-    if self.flags is not None:
-      try:
-        # After a normal end everyone has left already; otherwise leave now.
-        self.flags.set("stop")
-        self.flags.set("abort")
-        if self.running:
-          ray.wait(list(self.running), num_returns=len(self.running),
-                   timeout=_GRACE_SECONDS)
-      except ray.exceptions.RayError:
-        pass
+    try:
+      if self.calls:  # They were told to leave.
+        ray.wait(list(self.calls.values()), num_returns=len(self.calls),
+                 timeout=backend_lib.GRACE_SECONDS)
+    except ray.exceptions.RayError:
+      pass
     actors = [a for a in [*self.actors.values(), *self.retired, self.hub,
                           self.mailbox] if a is not None]
     for actor in actors:
@@ -918,56 +849,130 @@ class RayBackend(backend_lib.ServerBackend):
         ray.kill(actor, no_restart=True)
       except Exception:  # pylint: disable=broad-except
         pass  # Gone already.
-    self.running.clear()
+    self.calls.clear()
     if self.connected:
-      ray.shutdown()  # Stops the instance that "local" started, and all in it.
+      ray.shutdown()  # Disconnects; `local.stop()` ends the instance.
     else:
       # A kill only starts the end; a call to a dead actor fails at once.
       try:
         if actors:
           ray.wait([a.__ray_ready__.remote() for a in actors],
-                   num_returns=len(actors), timeout=_GRACE_SECONDS)
+                   num_returns=len(actors), timeout=backend_lib.GRACE_SECONDS)
       except ray.exceptions.RayError:
         pass
 
 
 @contextlib.contextmanager
-def _sigterm_kept():
-  """Keeps SIGTERM's `Terminated` what it is through Ray's calls.
+def _interrupts_held(drop: bool = False, block: bool = False):
+  """Holds Ctrl-C and SIGTERM back in this block; afterwards they act as they would have (unless `drop`).
 
-  An exception that a signal handler raises while the driver waits in
-  `ray.wait` or `ray.get` comes out of Ray as a plain KeyboardInterrupt, and
-  the CLI tells SIGTERM from Ctrl-C by the exception's class.
+  With `block`, they are also blocked in this thread, and so in every thread
+  started meanwhile, for good; they then reach no thread that blocked them
+  before (the CLI blocks them in every thread but the main one) until the
+  block ends. Its end puts Python's handlers back in place, over any a
+  library installed meanwhile. In the main thread only (elsewhere signals
+  are not this thread's).
   """
-  previous = signal.getsignal(signal.SIGTERM)
-  if (threading.current_thread() is not threading.main_thread() or
-      not callable(previous)):
+  if threading.current_thread() is not threading.main_thread():
     yield
     return
-  seen = []
-
-  def handler(signum, frame):
-    seen.append(signum)
-    previous(signum, frame)
-
-  signal.signal(signal.SIGTERM, handler)
+  signals = {signal.SIGINT, signal.SIGTERM}
+  held = []
+  hold = lambda signum, frame: held.append(signum)
+  previous = {signum: signal.signal(signum, hold) for signum in signals}
+  mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals) if block else None
   try:
     yield
-  except KeyboardInterrupt as e:
-    if seen and not isinstance(e, Terminated):
-      raise Terminated(f"received signal {seen[0]}") from None
-    raise
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    if block:
+      for signum in sorted(signals & signal.sigpending()):
+        signal.sigwait({signum})  # Taken here, not by whatever handler.
+        held.append(signum)
+    _settle()  # A handler tripped by another thread runs now, as `hold`.
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+    if block:
+      signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if held and not drop:
+      handler = previous[held[0]]
+      if callable(handler):
+        handler(held[0], None)  # Raises KeyboardInterrupt or Terminated.
+      elif handler == signal.SIG_DFL:
+        signal.raise_signal(held[0])
 
 
-def _death(error) -> str:
-  """One line on how an actor's process ended."""
-  detail = str(error)
-  for line in detail.splitlines():
+def _settle():
+  """Nothing; Python runs the handlers of signals that arrived meanwhile when it enters a function."""
+
+
+@contextlib.contextmanager
+def _quiet_ray_init():
+  """Drops Ray's warning that ray.init outside the main thread sets no SIGTERM handler (on purpose)."""
+  import logging  # pylint: disable=g-import-not-at-top
+
+  class _Drop(logging.Filter):
+
+    def filter(self, record):
+      return "SIGTERM handler is not set" not in record.getMessage()
+
+  logger = logging.getLogger("ray._private.worker")
+  quiet = _Drop()
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
+
+
+def _death(error, pid: Optional[int] = None,
+           logs_dir: Optional[str] = None) -> str:
+  """One line on how an actor's process ended, e.g. "actor died: killed by signal 9".
+
+  Ray reports a process that vanished without a word as "connection error
+  code 2 ... End of file": its SIGTERM handler reports SIGTERM, and a
+  crash (SIGSEGV, SIGABRT, ...) leaves "Fatal Python error" in the
+  process's log (Ray's workers run faulthandler), so what is left is SIGKILL
+  (kill -9, the kernel's OOM killer). The log is read where this process can
+  see it (`logs_dir`, an instance on this machine).
+
+  Example:
+    >>> _death(RuntimeError("Worker exit type: SYSTEM_ERROR Worker exit "
+    ...                     "detail: Worker unexpectedly exits with a "
+    ...                     "connection error code 2. End of file. Some..."))
+    'actor died: killed by signal 9'
+  """
+  detail = None
+  for line in str(error).splitlines():
     if "Worker exit detail:" in line:
-      detail = line.split("Worker exit detail:", 1)[1].split(".")[0].strip()
+      detail = line.split("Worker exit detail:", 1)[1].strip()
       break
-  else:
-    detail = "no detail"
-  return f"actor process died ({detail})"
+  if detail is None:
+    return "actor died (no detail)"
+  if "receives a SIGTERM" in detail:
+    return f"actor died: killed by signal {int(signal.SIGTERM)}"
+  if "connection error code 2" in detail or "End of file" in detail:
+    crash = _fatal_error(pid, logs_dir)
+    if crash:
+      return f"actor died: crashed ({crash})"
+    return f"actor died: killed by signal {int(signal.SIGKILL)}"
+  return f"actor died ({detail.split('.')[0].strip()})"
+
+
+def _fatal_error(pid: Optional[int], logs_dir: Optional[str]) -> Optional[str]:
+  """The "Fatal Python error: ..." that Ray's worker `pid` logged before it died, if any."""
+  if not pid or not logs_dir:
+    return None
+  import glob  # pylint: disable=g-import-not-at-top
+  pattern = os.path.join(glob.escape(logs_dir), f"worker-*-{pid}.err")
+  for path in glob.glob(pattern):
+    try:
+      with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 65536))
+        text = f.read().decode("utf-8", "replace")
+    except OSError:
+      continue
+    for line in text.splitlines():
+      if line.startswith("Fatal Python error:"):
+        return line.split(":", 1)[1].strip()
+  return None

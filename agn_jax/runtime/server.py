@@ -1,7 +1,8 @@
-"""The parameter-server process: owns the center, applies commits FIFO through the strategy's rule.
+"""The parameter-server process: owns the center, applies commits FIFO through the strategy.
 
-The math is `strategy.rule.apply`, jitted; this module only moves bytes,
-counts staleness and refuses non-finite commits. No JAX at module level.
+The math, and the refusal of a non-finite commit, is `strategy.server_apply`,
+jitted; this module only moves bytes and counts staleness. No JAX at module
+level.
 """
 
 import os
@@ -9,29 +10,29 @@ import time
 
 import numpy as np
 
+from agn_jax.errors import CheckpointError
 from agn_jax.runtime import _child
 from agn_jax.runtime import events
-from agn_jax.runtime.transport import payload_is_finite
 
 _POLL_SECONDS = 0.2
 
 
 def server_apply_fn(strategy, layout):
-  """`apply(center_flat, payload, state, staleness) -> (center_flat, state)`, jitted.
+  """`apply(center_flat, state, payload, staleness) -> (center_flat, state, accepted)`, jitted.
 
-  The rule sees the same pytrees it sees in a single process; the flat vector
-  is only the wire format.
+  `strategy.server_apply` sees the same pytrees it sees in a single process;
+  the flat vectors are only the wire format.
   """
   import jax
 
-  def apply(center_flat, payload, state, staleness):
-    center = layout.unravel(center_flat)
-    commit = {
+  def apply(center_flat, state, payload, staleness):
+    payload = {
         key: layout.unravel(vector)
         for key, vector in zip(strategy.payload, payload)
     }
-    center, state = strategy.rule.apply(center, commit, state, staleness)
-    return layout.ravel(center), state
+    center, state, accepted = strategy.server_apply(
+        layout.unravel(center_flat), state, payload, staleness)
+    return layout.ravel(center), state, accepted
 
   return jax.jit(apply, donate_argnums=(0,))
 
@@ -43,7 +44,7 @@ def server_main(ctx: _child.RunContext, placement, replies,
   Args:
     ctx: the run's shared context.
     placement: the host placement.
-    replies: the launcher's answers to checkpoint requests (a `Connection`).
+    replies: the launcher's answers to checkpoint requests.
     resume: restore the newest checkpoint in `<workdir>/checkpoints` first.
   """
   _child.enter(placement)
@@ -56,8 +57,7 @@ def serve(ctx: _child.RunContext, replies, resume: bool = False) -> bool:
 
   Args:
     ctx: the run's shared context.
-    replies: the launcher's answers to checkpoint requests (`poll(timeout)`
-      and `recv()`, as a `Connection` has them).
+    replies: the launcher's answers to checkpoint requests.
     resume: restore the newest checkpoint in `<workdir>/checkpoints` first.
 
   Returns:
@@ -68,6 +68,8 @@ def serve(ctx: _child.RunContext, replies, resume: bool = False) -> bool:
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, "server", e)
     return False
+  finally:
+    ctx.events.flush()
   return True
 
 
@@ -80,7 +82,7 @@ class _Server:
     self.transport = ctx.transport
 
   def _leaving(self) -> bool:
-    return not _child.parent_alive(self.ctx) or self.ctx.flags.is_set("abort")
+    return not _child.parent_alive(self.ctx) or self.ctx.switches.is_set("abort")
 
   def _restore(self, template_state):
     """The newest checkpoint, checked against this run; None after reporting why not."""
@@ -91,7 +93,7 @@ class _Server:
       ckpt = checkpoint.restore(self.checkpoint_dir)
       checkpoint.check_resumable(ckpt, self.ctx.config, self.layout.metadata(),
                                  jax.tree.leaves(template_state))
-    except checkpoint.CheckpointError as e:
+    except CheckpointError as e:
       self.ctx.events.put(events.ResumeFailed(str(e)))
       return None
     leaves = [
@@ -122,7 +124,7 @@ class _Server:
       ckpt, state = restored
       initial = ckpt.center
       self.clock = int(ckpt.meta["num_commits"])
-      self.rejected = int(ckpt.meta.get("rejected_commits", 0))
+      self.rejected = int(ckpt.meta["rejected_commits"])
       self.saved_step = ckpt.step
       for w, count in enumerate(ckpt.meta["worker_commits"]):
         transport.set_acknowledged(w, count)
@@ -137,7 +139,7 @@ class _Server:
     # Compile before the first commit arrives, on a copy (the center is donated).
     zeros = tuple(
         np.zeros(layout.num_params, np.float32) for _ in strategy.payload)
-    jax.block_until_ready(apply(jnp.array(center), zeros, state, np.int32(0)))
+    jax.block_until_ready(apply(jnp.array(center), state, zeros, np.int32(0)))
     ctx.events.put(events.ServerReady(time.time()))
 
     period = config.checkpoint_every_seconds
@@ -158,22 +160,25 @@ class _Server:
           done[message.worker] = message
           continue
         meta = message.meta
-        if not payload_is_finite(message.payload):
-          # A diverged worker must not poison the center; it starts afresh.
+        staleness = self.clock - meta.clock
+        center, state, accepted = apply(center, state, tuple(message.payload),
+                                        np.int32(staleness))
+        if not accepted:  # Waits for the result: the payload is read.
           self.rejected += 1
           transport.release(message)
           ctx.events.put(events.Rejected(time.time(), meta.worker, self.clock))
           continue
-        staleness = self.clock - meta.clock
-        center, state = apply(center, tuple(message.payload), state,
-                              np.int32(staleness))
-        host = np.asarray(center)  # Waits for the result: the payload is read.
+        host = np.asarray(center)
         self.clock += 1
         transport.publish(host, self.clock)
         transport.release(message)
         del host  # No view may outlive the buffer, which the next apply donates.
-        ctx.events.put(events.Committed(time.time(), meta.worker, self.clock,
-                                        staleness, meta.loss, meta.accuracy))
+        known = meta.window_start is not None
+        ctx.events.put(events.Committed(
+            time.time(), meta.worker, self.clock, staleness, meta.loss,
+            meta.accuracy, window_start=meta.window_start,
+            window_end=meta.time if known else None,
+            step_accuracy=events.step_values(meta.step_accuracy)))
       self._save(center, state, final=True)
     finally:
       self.checkpointer.close()
@@ -198,8 +203,7 @@ class _Server:
 
   def _save(self, center, state, final: bool):
     import jax
-    if self.clock == self.saved_step or not self.ctx.config.get(
-        "checkpoints", True):
+    if self.clock == self.saved_step or not self.ctx.config["checkpoints"]:
       return  # Nothing new since that checkpoint, or no checkpoints wanted.
     t0 = time.monotonic()
     offset = self._metrics_offset()

@@ -16,6 +16,8 @@ from typing import Dict, Mapping, NamedTuple, Sequence, Tuple
 import _posixshmem
 import numpy as np
 
+from agn_jax.runtime import channels
+
 _PREFIX = "agn_"
 ALIGN = 64  # A cache line: slots and buffers never share one.
 
@@ -119,7 +121,7 @@ class ArraySpec(NamedTuple):
   dtype: str
 
 
-class SharedArrays:
+class SharedArrays(channels.DataSource):
   """Read-only numpy arrays placed once in one segment and shared by all processes.
 
   The launcher creates it from a dict of arrays; pickling it (to a spawned
@@ -192,18 +194,18 @@ def flocked(fd: int):
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-class Flags:
+class Switches(channels.Switches):
   """Named one-way switches (0 → 1) in shared memory, for the launcher and its children.
 
   Used instead of `multiprocessing.Event`, whose condition variable counts
   its sleepers: a sleeper killed with SIGKILL makes every later `set()` wait
-  forever. A flag here is one int64 word, set by a single store and polled.
+  forever. A switch here is one int64 word, set by a single store and polled.
 
   Example:
-    >>> flags = Flags.create(["stop", "go"])
-    >>> flags.set("go"); flags.is_set("go"), flags.is_set("stop")
+    >>> switches = Switches.create(["stop", "go"])
+    >>> switches.set("go"); switches.is_set("go"), switches.is_set("stop")
     (True, False)
-    >>> flags.close(); flags.unlink()
+    >>> switches.close(); switches.unlink()
   """
 
   _POLL_SECONDS = 0.005
@@ -215,12 +217,12 @@ class Flags:
     self._words = None
 
   @classmethod
-  def create(cls, names: Sequence[str]) -> "Flags":
+  def create(cls, names: Sequence[str]) -> "Switches":
     segment = Segment.create(aligned(8 * len(names)))
-    flags = cls(segment.name, names)
-    flags._segment = segment
-    flags._words = segment.array(np.int64, (len(names),))
-    return flags
+    switches = cls(segment.name, names)
+    switches._segment = segment
+    switches._words = segment.array(np.int64, (len(names),))
+    return switches
 
   def _index(self, key: str) -> int:
     if self._words is None:

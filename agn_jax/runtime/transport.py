@@ -21,18 +21,25 @@ class CommitMeta(NamedTuple):
 
   Attributes:
     worker: the committing worker's index.
-    clock: the server clock of the center the commit's window started from
-      (commit-then-pull) or that the commit was computed against
-      (pull-then-commit); staleness is `clock at apply − clock`.
+    clock: the server clock of the center the worker last pulled: the one
+      its window started from, or the one it pulled just before the commit
+      (`Strategy.pull_before_commit`); staleness is `clock at apply − clock`.
     loss: the worker's mean local loss over the window.
     accuracy: the worker's mean local accuracy over the window.
-    time: `time.time()` when the worker committed.
+    time: `time.time()` when the window's steps were done (the worker
+      commits right after).
+    window_start: `time.time()` when the window's first step was
+      dispatched, or None.
+    step_accuracy: the training accuracy of each of the window's λ local
+      steps, in order (float32); empty when the loss has no accuracy.
   """
   worker: int
   clock: int
   loss: float
   accuracy: float
   time: float
+  window_start: Optional[float] = None
+  step_accuracy: Sequence[float] = ()
 
 
 class Commit(NamedTuple):
@@ -54,14 +61,11 @@ class CommitHeader(NamedTuple):
   loss: float
   accuracy: float
   time: float
+  window_start: Optional[float] = None
+  step_accuracy: Sequence[float] = ()
 
 
 Message = Union[Commit, WorkerDone]
-
-
-def payload_is_finite(payload) -> bool:
-  """Whether every number of a commit's payload is finite: the server applies only those."""
-  return all(np.isfinite(np.asarray(vector)).all() for vector in payload)
 
 
 class Transport(abc.ABC):
@@ -167,17 +171,21 @@ _SEQLOCK_ATTEMPTS = 4
 # (the server took it) → FREE. Only a worker's death interrupts that cycle,
 # and only in FILLING, where the supervisor reclaims the slot.
 _FREE, _FILLING, _QUEUED, _APPLYING = 0, 1, 2, 3
-# Per worker: handled commits, done flag, commits and samples when done.
+# Per worker: handled commits, done mark, commits and samples when done.
 _WORKER_WORDS = 4
-# Per slot: owner, phase, queue position, clock of the commit.
-_SLOT_WORDS = 4
-# Per slot: loss, accuracy, time.
-_SLOT_FLOATS = 3
+# Per slot: owner, phase, queue position, clock of the commit, number of
+# step accuracies.
+_SLOT_WORDS = 5
+# Per slot: loss, accuracy, time, window start (NaN: unknown).
+_SLOT_FLOATS = 4
 
 
-def _ring_header_bytes(num_slots, num_workers):
+def _ring_header_bytes(num_slots, num_workers, step_capacity):
+  # The step accuracies are float32, as the kernel computes them: λ of them
+  # per slot (160 bytes at λ = 40) next to a payload of millions of floats.
   return (shm.aligned((_WORKER_WORDS * num_workers + _SLOT_WORDS * num_slots +
-                       1) * 8) + shm.aligned(_SLOT_FLOATS * num_slots * 8))
+                       1) * 8) + shm.aligned(_SLOT_FLOATS * num_slots * 8) +
+          shm.aligned(step_capacity * num_slots * 4))
 
 
 class SharedMemoryTransport(Transport):
@@ -224,11 +232,12 @@ class SharedMemoryTransport(Transport):
   """
 
   def __init__(self, num_params, payload_size, num_slots, num_workers,
-               center_name, ring_name, doorbell):
+               center_name, ring_name, doorbell, step_capacity=0):
     self.num_workers = int(num_workers)
     self.num_params = int(num_params)
     self.payload_size = int(payload_size)
     self.num_slots = int(num_slots)
+    self.step_capacity = int(step_capacity)
     self._center_name = center_name
     self._ring_name = ring_name
     self._doorbell = doorbell
@@ -237,7 +246,8 @@ class SharedMemoryTransport(Transport):
 
   @classmethod
   def create(cls, ctx, num_params: int, payload_size: int, num_slots: int,
-             num_workers: int = 1) -> "SharedMemoryTransport":
+             num_workers: int = 1,
+             step_capacity: int = 0) -> "SharedMemoryTransport":
     """Creates the segments (in the launcher, before spawning).
 
     Args:
@@ -247,6 +257,8 @@ class SharedMemoryTransport(Transport):
       num_slots: ring capacity, >= 1.
       num_workers: how many workers may commit (one acknowledgement counter
         each).
+      step_capacity: the most step accuracies a commit carries (λ); 0 for
+        none.
 
     Returns:
       The owning transport; pass it to child processes as a `Process` arg.
@@ -254,18 +266,20 @@ class SharedMemoryTransport(Transport):
     if num_params < 1 or payload_size < 1 or num_slots < 1:
       raise ValueError("num_params, payload_size and num_slots must be >= 1, "
                        f"got {num_params}, {payload_size}, {num_slots}")
+    if step_capacity < 0:
+      raise ValueError(f"step_capacity must be >= 0, got {step_capacity}")
     buffer_bytes = shm.aligned(num_params * 4)
     center = shm.Segment.create(
         shm.aligned(_HEADER_WORDS * 8) + 2 * buffer_bytes)
     try:
       ring = shm.Segment.create(
-          _ring_header_bytes(num_slots, num_workers) +
+          _ring_header_bytes(num_slots, num_workers, step_capacity) +
           num_slots * shm.aligned(payload_size * num_params * 4))
     except BaseException:
       center.unlink()
       raise
     t = cls(num_params, payload_size, num_slots, num_workers, center.name,
-            ring.name, ctx.Semaphore(0))
+            ring.name, ctx.Semaphore(0), step_capacity)
     t._center_seg, t._ring_seg = center, ring
     t._map()
     t._owner[:] = -1
@@ -275,7 +289,8 @@ class SharedMemoryTransport(Transport):
     # Mappings and descriptors are per process; a child re-attaches by name.
     local = ("_center_seg", "_ring_seg", "_header", "_buffers", "_slots",
              "_acks", "_done", "_done_commits", "_done_samples", "_owner",
-             "_phase", "_seq", "_clock", "_floats", "_next_seq",
+             "_phase", "_seq", "_clock", "_steps_count", "_floats",
+             "_steps", "_next_seq",
              "_center_lock", "_ring_lock", "_reported")
     return {k: v for k, v in self.__dict__.items() if k not in local}
 
@@ -299,13 +314,15 @@ class SharedMemoryTransport(Transport):
     (self._acks, self._done, self._done_commits,
      self._done_samples) = (words[i * n:(i + 1) * n] for i in range(4))
     slot_words = words[_WORKER_WORDS * n:]
-    self._owner, self._phase, self._seq, self._clock = (
-        slot_words[i * s:(i + 1) * s] for i in range(4))
+    (self._owner, self._phase, self._seq, self._clock,
+     self._steps_count) = (slot_words[i * s:(i + 1) * s] for i in range(5))
     self._next_seq = words[-1:]
-    self._floats = self._ring_seg.array(
-        np.float64, (_SLOT_FLOATS, s),
-        shm.aligned((_WORKER_WORDS * n + _SLOT_WORDS * s + 1) * 8))
-    base = _ring_header_bytes(s, n)
+    base = shm.aligned((_WORKER_WORDS * n + _SLOT_WORDS * s + 1) * 8)
+    self._floats = self._ring_seg.array(np.float64, (_SLOT_FLOATS, s), base)
+    self._steps = self._ring_seg.array(
+        np.float32, (s, self.step_capacity),
+        base + shm.aligned(_SLOT_FLOATS * s * 8))
+    base = _ring_header_bytes(s, n, self.step_capacity)
     step = shm.aligned(k * p * 4)
     self._slots = [
         self._ring_seg.array(np.float32, (k, p), base + i * step)
@@ -346,6 +363,9 @@ class SharedMemoryTransport(Transport):
     self.free_slot(commit.handle)
 
   def commit(self, payload, meta, timeout):
+    if len(meta.step_accuracy) > self.step_capacity:
+      raise ValueError(f"a commit carries {len(meta.step_accuracy)} step "
+                       f"accuracies; the ring holds {self.step_capacity}")
     slot = self.acquire_slot(meta.worker, timeout)
     if slot is None:
       return False
@@ -361,16 +381,18 @@ class SharedMemoryTransport(Transport):
     """The oldest QUEUED slot's header (now APPLYING), a `WorkerDone`, or None after `timeout`."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-      # Done flags first: a worker queues its last commit before it sets its
-      # flag, so a flag seen here means that commit is visible below.
+      # Done marks first: a worker queues its last commit before it marks
+      # itself done, so a mark seen here means that commit is visible below.
       done = self._done.copy()
       queued = np.flatnonzero(self._phase == _QUEUED)
       if queued.size:
         i = int(queued[np.argmin(self._seq[queued])])
         self._phase[i] = _APPLYING
-        loss, accuracy, when = self._floats[:, i]
+        loss, accuracy, when, start = self._floats[:, i]
+        steps = self._steps[i, :int(self._steps_count[i])].copy()
         return CommitHeader(i, int(self._owner[i]), int(self._clock[i]),
-                            float(loss), float(accuracy), float(when))
+                            float(loss), float(accuracy), float(when),
+                            None if np.isnan(start) else float(start), steps)
       new = np.flatnonzero((done != 0) & ~self._reported)
       if new.size:
         w = int(new[0])
@@ -446,8 +468,13 @@ class SharedMemoryTransport(Transport):
   def queue_slot(self, header: CommitHeader) -> None:
     """Hands a filled slot to the server, behind every slot queued before it."""
     i = header.slot
+    steps = np.asarray(header.step_accuracy, np.float32).reshape(-1)
     self._clock[i] = header.clock
-    self._floats[:, i] = (header.loss, header.accuracy, header.time)
+    self._steps_count[i] = steps.size
+    self._steps[i, :steps.size] = steps
+    self._floats[:, i] = (header.loss, header.accuracy, header.time,
+                          np.nan if header.window_start is None else
+                          header.window_start)
     with shm.flocked(self._ring_lock):
       self._seq[i] = self._next_seq[0]
       self._next_seq[0] += 1
@@ -498,7 +525,8 @@ class SharedMemoryTransport(Transport):
   def close(self):
     for attr in ("_header", "_buffers", "_slots", "_acks", "_done",
                  "_done_commits", "_done_samples", "_owner", "_phase",
-                 "_seq", "_clock", "_floats", "_next_seq"):
+                 "_seq", "_clock", "_steps_count", "_floats", "_steps",
+                 "_next_seq"):
       self.__dict__.pop(attr, None)
     for attr in ("_center_lock", "_ring_lock"):
       fd = self.__dict__.pop(attr, None)

@@ -16,6 +16,8 @@ import stat
 import time
 from typing import Dict, Iterable, Optional
 
+from agn_jax.errors import WorkdirBusy, WorkdirError
+
 LOCK_NAME = ".lock"
 
 # The entries a run reads or writes in its workdir. A symlink among them could
@@ -23,14 +25,6 @@ LOCK_NAME = ".lock"
 RUN_ENTRIES = ("metrics.jsonl", "checkpoints", "summary.json", "config.json",
                "center.npy", "pids.json", "error.log", "curves.png",
                "staleness.png")
-
-
-class WorkdirError(ValueError):
-  """A workdir that cannot be used (impossible path, symlink); one-line message."""
-
-
-class WorkdirBusy(RuntimeError):
-  """Another live run holds the workdir's lock; the message names it."""
 
 
 def _reason(error: OSError) -> str:
@@ -283,7 +277,7 @@ def safe_open(workdir: str, name: str, mode: str = "r", **kwargs):
     >>> safe_open(d, "summary.json", "w")
     Traceback (most recent call last):
     ...
-    agn_jax.runtime.workdir.WorkdirError: ... is a symlink; ...
+    agn_jax.errors.WorkdirError: ... is a symlink; ...
   """
   parts = os.path.normpath(name).split(os.sep)
   if os.path.isabs(name) or ".." in parts:
@@ -311,8 +305,15 @@ def write_atomic(workdir: str, name: str, text: str) -> None:
     os.unlink(os.path.join(workdir, tmp))  # Removes a planted link itself.
   except FileNotFoundError:
     pass
-  with safe_open(workdir, tmp, "x") as f:
-    f.write(text)
+  try:
+    with safe_open(workdir, tmp, "x") as f:
+      f.write(text)
+  except OSError:
+    try:  # A full disk: no half-written file stays behind.
+      os.unlink(os.path.join(workdir, tmp))
+    except OSError:
+      pass
+    raise
   os.replace(os.path.join(workdir, tmp), os.path.join(workdir, name))
 
 

@@ -1,4 +1,4 @@
-"""The worker process: pull, λ local steps in one dispatch, commit, in the strategy's order.
+"""The worker process: λ local steps in one dispatch, then the strategy's commit and pull half-steps.
 
 Module level imports no JAX: `worker_main` applies the placement first.
 """
@@ -10,114 +10,57 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
 from agn_jax.runtime import _child
 from agn_jax.runtime import events
-from agn_jax.runtime.transport import CommitMeta, payload_is_finite
+from agn_jax.runtime.transport import CommitMeta
+from agn_jax.shares import BatchSampler, shard_bounds, windows_per_worker
 
 _POLL_SECONDS = 0.1
-# A worker whose commits are rejected (non-finite) this many times in a row,
-# each time from a fresh start at the center, fails the run.
-MAX_REJECTED_IN_A_ROW = 3
-
-
-def shard_bounds(num_examples: int, num_workers: int,
-                 worker: int) -> tuple:
-  """`[start, stop)` of worker `worker`'s contiguous shard of the training set.
-
-  Example:
-    >>> [shard_bounds(10, 3, k) for k in range(3)]
-    [(0, 3), (3, 6), (6, 10)]
-  """
-  return (num_examples * worker // num_workers,
-          num_examples * (worker + 1) // num_workers)
-
-
-def windows_per_worker(num_examples: int, num_workers: int, epochs: float,
-                       communication_window: int, batch_size: int) -> int:
-  """Whole windows in one worker's share of `epochs × N / n` samples.
-
-  A last partial window (< λ steps) is not committed, as in the reference
-  implementation, so it is not run either.
-
-  Example:
-    >>> windows_per_worker(1000, 4, 2.0, communication_window=5, batch_size=10)
-    10
-  """
-  share = epochs * num_examples / num_workers
-  return int(share // (communication_window * batch_size))
-
-
-class BatchSampler:
-  """Endless shuffled passes over one shard: a fresh permutation every epoch."""
-
-  def __init__(self, num_examples: int, rng: np.random.Generator):
-    if num_examples < 1:
-      raise ValueError("a worker's shard is empty; use fewer workers")
-    self._n = num_examples
-    self._rng = rng
-    self._perm = rng.permutation(num_examples)
-    self._pos = 0
-
-  def skip(self, k: int) -> None:
-    """Advances past `k` samples, exactly as `take(k)` would."""
-    while k > 0:
-      if self._pos == self._n:
-        self._perm, self._pos = self._rng.permutation(self._n), 0
-      t = min(k, self._n - self._pos)
-      self._pos += t
-      k -= t
-
-  def take(self, k: int) -> np.ndarray:
-    parts = []
-    while k > 0:
-      if self._pos == self._n:
-        self._perm, self._pos = self._rng.permutation(self._n), 0
-      t = min(k, self._n - self._pos)
-      parts.append(self._perm[self._pos:self._pos + t])
-      self._pos += t
-      k -= t
-    return np.concatenate(parts)
 
 
 class WorkerFunctions(NamedTuple):
-  """The jitted pieces of the worker loop.
+  """The jitted pieces of the worker loop, around the flat center and payload.
 
   Attributes:
     kernel: `(params, opt_state, batches) -> WindowResult`, the window kernel.
-    init: `center_flat -> (params, opt_state)`.
-    commit: `(params, opt_state, center_flat) -> (payload, params,
-      opt_state)` with `payload` a tuple of flat vectors in
-      `strategy.payload` order.
-    pull: `(params, opt_state, center_flat) -> (params, opt_state)`.
+    init: `center_flat -> WorkerState`, `strategy.init_worker`.
+    commit: `(state, center_flat) -> (payload, state, accepted)`,
+      `strategy.worker_commit` with `payload` a tuple of flat vectors in
+      `strategy.payload` order and `accepted` whether the server will apply
+      it (`strategy.accepts`).
+    receive: `(state, center_flat, accepted) -> state`,
+      `strategy.worker_receive`; `accepted` is a Python bool, compiled once
+      for each value.
   """
   kernel: object
   init: object
   commit: object
-  pull: object
+  receive: object
 
 
 def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
-  """Jits the strategy's worker side around the flat center and payload."""
+  """Jits the strategy's worker half-steps around the flat center and payload."""
   import jax
   from agn_jax import kernel as kernel_lib
 
   def init(center_flat):
     return strategy.init_worker(layout.unravel(center_flat))
 
-  def commit(params, opt_state, center_flat):
-    payload, params, opt_state = strategy.commit_fn(
-        params, opt_state, layout.unravel(center_flat))
+  def commit(state, center_flat):
+    payload, state = strategy.worker_commit(state, layout.unravel(center_flat))
     return (tuple(layout.ravel(payload[key]) for key in strategy.payload),
-            params, opt_state)
+            state, strategy.accepts(payload))
 
-  def pull(params, opt_state, center_flat):
-    return strategy.pull_fn(params, opt_state, layout.unravel(center_flat))
+  def receive(state, center_flat, accepted):
+    return strategy.worker_receive(state, layout.unravel(center_flat),
+                                   accepted)
 
   return WorkerFunctions(
       kernel=kernel_lib.window_kernel(loss_fn, strategy.worker_transform),
       init=jax.jit(init),
-      commit=jax.jit(commit, donate_argnums=(0, 1)),
-      pull=jax.jit(pull, donate_argnums=(0, 1)))
+      commit=jax.jit(commit, donate_argnums=0),
+      receive=jax.jit(receive, donate_argnums=0, static_argnums=2))
 
 
 def worker_main(ctx: _child.RunContext, index: int, placement, events,
@@ -150,11 +93,29 @@ def run_worker(ctx: _child.RunContext, index: int, incarnation: int = 0,
   except BaseException as e:  # pylint: disable=broad-except
     _child.report_failure(ctx, f"worker {index}", e)
     return False
+  finally:
+    ctx.events.flush()
   return True
 
 
 class _Stopped(Exception):
   """The run is winding down before this worker started training."""
+
+
+def _window_metrics(jnp, metrics, started: float) -> tuple:
+  """`(loss, accuracy, start, end, step_accuracy)` of one window kernel's result.
+
+  The means are the window's; `step_accuracy` holds each local step's
+  mini-batch accuracy (float32; empty when the loss has none). The λ steps
+  run in one dispatch and have no times of their own: the window's start
+  (`started`, when it was dispatched) and end (when its results were back,
+  which waits for the steps) bound them.
+  """
+  loss = float(jnp.mean(metrics["loss"]))
+  accuracy = float(jnp.mean(metrics.get("accuracy", jnp.nan)))
+  steps = (np.asarray(metrics["accuracy"], np.float32).reshape(-1)
+           if "accuracy" in metrics else np.zeros(0, np.float32))
+  return loss, accuracy, started, time.time(), steps
 
 
 class _Worker:
@@ -165,7 +126,7 @@ class _Worker:
     self.ctx = ctx
     self.index = index
     self.incarnation = incarnation
-    self.flags = ctx.flags
+    self.switches = ctx.switches
     self.transport = ctx.transport
     fault = _child.parse_fault(os.environ.get("AGN_JAX_FAULT"))
     if fault is not None and (fault.worker != index or
@@ -174,12 +135,12 @@ class _Worker:
     self.fault = fault
 
   def _stopping(self) -> bool:
-    if not _child.parent_alive(self.ctx) or self.flags.is_set("abort"):
+    if not _child.parent_alive(self.ctx) or self.switches.is_set("abort"):
       raise SystemExit(0)  # The launcher is gone or gives up: leave quietly.
-    return self.flags.is_set("stop")
+    return self.switches.is_set("stop")
 
-  def _wait_for(self, flag):
-    while not self.flags.wait(flag, _POLL_SECONDS):
+  def _wait_for(self, switch):
+    while not self.switches.wait(switch, _POLL_SECONDS):
       if self._stopping():
         raise _Stopped()
 
@@ -194,13 +155,17 @@ class _Worker:
     # A fresh buffer per pull: the device array may alias host memory on CPU.
     return clock, jnp.asarray(buffer)
 
-  def _push(self, payload, clock, loss, accuracy) -> bool:
+  def _push(self, payload, clock, window) -> bool:
     """Commits the payload, waiting for room; False if stopped first.
 
-    The transport takes the whole payload before the commit is queued: a
-    worker that dies meanwhile leaves nothing the server would apply.
+    `window` is `_window_metrics`' `(loss, accuracy, start, end,
+    step_accuracy)`. The transport takes the whole payload before the commit
+    is queued: a worker that dies meanwhile leaves nothing the server would
+    apply.
     """
-    meta = CommitMeta(self.index, clock, loss, accuracy, time.time())
+    loss, accuracy, start, end, step_accuracy = window
+    meta = CommitMeta(self.index, clock, loss, accuracy, end, start,
+                      step_accuracy)
     # A finished window is still committed after a stop, unless the commit
     # queue stays full (the server may be gone).
     while not self.transport.commit(payload, meta, timeout=_POLL_SECONDS):
@@ -229,7 +194,6 @@ class _Worker:
     ctx, index = self.ctx, self.index
     jax = _child.configure_jax(ctx.cache_dir)
     import jax.numpy as jnp
-    from agn_jax import strategies
     config, strategy, _, loss_fn, layout = _child.build_parts(ctx)
     arrays = ctx.data.arrays()
     x, y = arrays["x_train"], arrays["y_train"]
@@ -249,7 +213,7 @@ class _Worker:
       if index != 0:
         self._wait_for("compiled")
       self._warm_up(fns, jnp, x_shard, y_shard, lam, batch)
-      self.flags.set("compiled")
+      self.switches.set("compiled")
       self.timeline["compiled"] = time.time()
       ctx.events.put(events.WorkerReady(time.time(), index, self.incarnation,
                                         self.timeline))
@@ -260,10 +224,9 @@ class _Worker:
 
     sampler.skip(base * lam * batch)  # The rest of this worker's share.
     clock, center = self._pull(jnp, base)
-    params, opt_state = fns.init(center)
+    state = fns.init(center)
     started = time.time()
     commits = base
-    commit_then_pull = strategy.protocol == strategies.COMMIT_THEN_PULL
     rejected_in_a_row = 0
     for window in range(base, num_windows):
       if self._stopping():
@@ -277,46 +240,31 @@ class _Worker:
         if self.fault.kind == "nan":
           # As a non-finite gradient would: the window's steps, the optimizer
           # state and so the commit all turn non-finite.
-          params = jax.tree.map(lambda p: p * np.nan, params)
+          state = state._replace(
+              params=jax.tree.map(lambda p: p * np.nan, state.params))
       idx = sampler.take(lam * batch)
       batches = (x_shard[idx].reshape(lam, batch, -1),
                  y_shard[idx].reshape(lam, batch))
-      result = fns.kernel(params, opt_state, batches)
-      params, opt_state = result.params, result.opt_state
-      loss = float(jnp.mean(result.metrics["loss"]))
-      accuracy = float(jnp.mean(result.metrics.get("accuracy", jnp.nan)))
-      if commit_then_pull:
-        payload, params, opt_state = fns.commit(params, opt_state, center)
-        payload = tuple(np.asarray(v) for v in payload)
-        finite = payload_is_finite(payload)
-        if not self._push(payload, clock, loss, accuracy):
-          break
-        clock, center = self._pull(jnp, commits + 1)
-        if finite:
-          params, opt_state = fns.pull(params, opt_state, center)
-      else:
+      started_window = time.time()
+      result = fns.kernel(state.params, state.opt_state, batches)
+      state = state._replace(params=result.params, opt_state=result.opt_state)
+      window_metrics = _window_metrics(jnp, result.metrics, started_window)
+      if strategy.pull_before_commit:
         clock, center = self._pull(jnp, commits)
-        payload, params, opt_state = fns.commit(params, opt_state, center)
-        payload = tuple(np.asarray(v) for v in payload)
-        finite = payload_is_finite(payload)
-        if not self._push(payload, clock, loss, accuracy):
-          break
+      payload, state, accepted = fns.commit(state, center)
+      payload, accepted = tuple(np.asarray(v) for v in payload), bool(accepted)
+      if not self._push(payload, clock, window_metrics):
+        break
       commits += 1
-      if finite:
-        rejected_in_a_row = 0
-      else:
-        # The server rejects it. The local optimizer state (Adam's moments)
-        # or the never-reset elastic worker may be poisoned: start afresh
-        # from the center, or every later commit would be rejected too.
-        rejected_in_a_row += 1
-        if rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
-          raise _child.Diverged(
-              f"{rejected_in_a_row} commits in a row were non-finite and "
-              f"rejected, each from a fresh start at the center (lower "
-              f"--learning_rate?)")
-        if not commit_then_pull:
-          clock, center = self._pull(jnp, commits)
-        params, opt_state = fns.init(center)
+      if strategy.pulls_after_commit(accepted):
+        clock, center = self._pull(jnp, commits)
+      rejected_in_a_row = 0 if accepted else rejected_in_a_row + 1
+      if rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
+        raise Diverged(
+            f"{rejected_in_a_row} commits in a row were non-finite and "
+            f"rejected, each from a fresh start at the center (lower "
+            f"--learning_rate?)")
+      state = fns.receive(state, center, accepted)
     self._finish(commits, started)
 
   def _warm_up(self, fns, jnp, x, y, lam, batch):
@@ -329,12 +277,13 @@ class _Worker:
     """
     import jax
     center = jnp.zeros(self.transport.num_params, jnp.float32)
-    params, opt_state = fns.init(center)
+    state = fns.init(center)
     batches = (jax.ShapeDtypeStruct((lam, batch) + x.shape[1:], x.dtype),
                jax.ShapeDtypeStruct((lam, batch) + y.shape[1:], y.dtype))
-    fns.kernel.lower(params, opt_state, batches).compile()
-    _, params, opt_state = fns.commit(params, opt_state, center)
-    jax.block_until_ready(fns.pull(params, opt_state, center))
+    fns.kernel.lower(state.params, state.opt_state, batches).compile()
+    _, state, _ = fns.commit(state, center)
+    state = fns.receive(state, center, True)
+    jax.block_until_ready(fns.receive(state, center, False))
 
   def _finish(self, commits, started: Optional[float]):
     """Reports this worker's share done: `commits` counts all its commits in the run."""
