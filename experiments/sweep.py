@@ -23,9 +23,12 @@ communication_window and workdir are ignored: the grid sets them.
 Each run goes to <sweep_dir>/<strategy>-n<N>-l<λ>; sweep.md, rewritten after
 every run, gives per (n, λ) the final test accuracy and time of each strategy
 and the temporal efficiency E(reference, other) of the first strategy against
-each other one (on --time_base, which it states), the paper's n × λ tables of
-E, the fraction of cells with E > 1, every setting that differs between
-strategies, and a warning at the top when their data budgets differ.
+each other one (on --time_base, with E train's curve from --efficiency_curve
+and --efficiency_window, as `experiments.compare` computes them; it states
+both), the paper's n × λ tables of E, the fraction of cells with E > 1, each
+run's convergence (`agn_jax.metrics.convergence`, whose rule it states),
+every setting that differs between strategies, and a warning at the top when
+their data budgets differ.
 
 --resume keeps the runs whose summary.json says they completed, resumes the
 ones with a checkpoint, and reruns from scratch those that failed before
@@ -46,11 +49,13 @@ from absl import flags
 from absl import logging
 
 from agn_jax import config as config_lib
+from agn_jax import metrics
 from agn_jax import strategies as strategies_lib
-from agn_jax.checkpoint import CheckpointError
 from agn_jax.data import DataError
+from agn_jax.errors import CheckpointError, WorkdirBusy, WorkdirError
 from agn_jax.runtime import workdir as workdir_lib
 from experiments import compare
+from experiments import curves
 from experiments import flags as flags_lib
 from experiments import train as train_lib
 
@@ -111,7 +116,8 @@ def _is_count(value) -> bool:
 def completed(workdir: str) -> bool:
   """Whether the run in `workdir` trained its whole budget, by its summary.json.
 
-  The runtime's `"completed"` field decides. Summaries without it (older
+  The runtime's `"outcome"` field decides (completed, interrupted or
+  failed), else its `"completed"` field. Summaries without either (older
   runs) count as completed only when not interrupted, every worker reported
   its share done, and the commits made (applied + rejected) equal the budget
   the run's commit events record.
@@ -127,6 +133,8 @@ def completed(workdir: str) -> bool:
   summary = _read_summary(workdir)
   if summary is None:
     return False
+  if summary.get("outcome") is not None:
+    return summary["outcome"] == "completed"
   if isinstance(summary.get("completed"), bool):
     return summary["completed"]
   if summary.get("interrupted") is not False:
@@ -349,11 +357,10 @@ def _setting_text(value) -> str:
   return json.dumps(value)
 
 
-def _efficiency(a: compare.Run, b: compare.Run, time_base: str) -> dict:
+def _efficiency(a: compare.Run, b: compare.Run, time_base: str, curve: str,
+                window: float) -> dict:
   try:
-    if time_base == "auto":
-      return compare.efficiency(a, b)
-    return compare.efficiency(a, b, time_base=time_base)
+    return compare.efficiency(a, b, window, time_base, curve)
   except (TypeError, ValueError) as e:
     logging.warning("E(%s, %s): %s", a.name, b.name, e)
     return {"test": None, "train": None}
@@ -385,7 +392,9 @@ def report(sweep_dir: str, strategies: Sequence[str],
            failed: Optional[Dict[Cell, str]] = None,
            command: str = "",
            configs: Optional[Dict[str, Dict[str, object]]] = None,
-           time_base: str = "auto") -> str:
+           time_base: str = "auto",
+           curve: str = compare.EFFICIENCY_CURVES[0],
+           window: float = compare.TRAIN_WINDOW_SECONDS) -> str:
   """sweep.md's text, from the completed runs found in `sweep_dir`.
 
   The first strategy is the reference: E(reference, other) for every other.
@@ -400,6 +409,8 @@ def report(sweep_dir: str, strategies: Sequence[str],
     configs: `{strategy: config dict}` each strategy's runs use (values
       resolved); its differences are listed, its data budget compared.
     time_base: the time base of E (`compare.TIME_BASES`).
+    curve: E train's curve (`compare.EFFICIENCY_CURVES`).
+    window: E train's window in seconds (`compare.efficiency`).
   """
   failed = failed or {}
   configs = configs or {}
@@ -412,7 +423,7 @@ def report(sweep_dir: str, strategies: Sequence[str],
     for n in num_workers:
       for l in windows:
         a, b = runs[(reference, n, l)], runs[(s, n, l)]
-        e = (_efficiency(a, b, time_base) if a and b else
+        e = (_efficiency(a, b, time_base, curve, window) if a and b else
              {"test": None, "train": None})
         efficiencies[(s, n, l)] = e
         if e.get("time_base"):
@@ -432,11 +443,15 @@ def report(sweep_dir: str, strategies: Sequence[str],
         for b in sorted(bases))
   else:
     base_text = f"{time_base} (no E computed yet)"
+  train_base = (next(iter(bases)) if len(bases) == 1 else
+                time_base if time_base != "auto" else "training")
   lines += [f"Reference strategy: **{reference}**. E(a, b) = ∫₀^m f_a dt / "
             "∫₀^m f_b dt over the shorter run's time m; *test*: the center's "
-            "test accuracy, *train*: the workers' mini-batch accuracy "
-            f"averaged over {compare.TRAIN_WINDOW_SECONDS:g} s windows "
-            "(the thesis). E > 1: the reference was better sooner.", "",
+            f"test accuracy; *train* (`--efficiency_curve={curve}`): "
+            + compare.describe_train_curve(
+                curve, window, train_base, curves.shared_sim_unit(
+                    [r for r in runs.values() if r]) or "steps")
+            + ". E > 1: the reference was better sooner.", "",
             f"Time base of E: {base_text}.", ""]
 
   header = ["n", "λ"]
@@ -473,6 +488,18 @@ def report(sweep_dir: str, strategies: Sequence[str],
             _fmt(efficiencies[(s, n, l)][version], ".3f")
             for l in windows) + " |")
       lines.append("")
+
+  lines += ["## Convergence", "",
+            f"Rule: {metrics.CONVERGENCE_RULE}.", "",
+            "| n | λ | " + " | ".join(strategies) + " |",
+            "|" + "---|" * (len(strategies) + 2)]
+  for n in num_workers:
+    for l in windows:
+      lines.append(f"| {n} | {l} | " + " | ".join(
+          "–" if runs[(s, n, l)] is None else
+          curves.convergence(runs[(s, n, l)])
+          for s in strategies) + " |")
+  lines.append("")
 
   if others:
     lines += [f"## Fraction of cells where E({reference}, other) > 1", "",
@@ -544,6 +571,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       "time_base", "auto", list(getattr(compare, "TIME_BASES", ("auto",))),
       "Time base of E in sweep.md (see experiments.compare).",
       flag_values=flag_values)
+  compare.define_efficiency_flags(flag_values)
   flags.DEFINE_bool("resume", False,
                     "Keep the completed runs found in --sweep_dir, resume the "
                     "ones with a checkpoint, rerun the others.",
@@ -598,7 +626,7 @@ def main(argv):
     # One sweep per directory: a second one (say, two --resume at once)
     # would run the same cells twice.
     lock = workdir_lib.lock_workdir(sweep_dir, create=True, owner=command)
-  except (workdir_lib.WorkdirError, workdir_lib.WorkdirBusy) as e:
+  except (WorkdirError, WorkdirBusy) as e:
     flags_lib.exit_with_error(program, e, status=2)
   with lock:
     if workdir_lib.entries(sweep_dir) and not FLAGS.resume:
@@ -625,7 +653,8 @@ def _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
   def update_report():
     write_report(report_path, report(sweep_dir, strategies, num_workers,
                                      windows, failed, command, configs,
-                                     FLAGS.time_base))
+                                     FLAGS.time_base, FLAGS.efficiency_curve,
+                                     FLAGS.efficiency_window))
 
   for index, cell in enumerate(cells, 1):
     s, n, l = cell
@@ -656,7 +685,11 @@ def _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
       failed[cell] = " ".join(str(outcome).split())
       logging.error("%s failed: %s", _cell_name(cell), failed[cell])
     elif not completed(workdir):
-      failed[cell] = ("ended without completing its share (see "
+      summary = _read_summary(workdir) or {}
+      how = summary.get("outcome") or "without completing its share"
+      if summary.get("failure"):
+        how += f": {summary['failure']}"
+      failed[cell] = (f"ended {how} (see "
                       f"{os.path.join(workdir, 'summary.json')})")
     update_report()
   update_report()

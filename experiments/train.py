@@ -16,6 +16,13 @@ import signal
 import sys
 from typing import Callable, Dict, Optional, Sequence
 
+from experiments import startup
+
+if __name__ == "__main__":
+  # Before the imports below (JAX: seconds) and the threads they start.
+  startup.hold_while_loading()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from absl import logging
@@ -29,10 +36,11 @@ from agn_jax.config import TrainConfig
 from experiments import compare
 from experiments import curves
 from experiments import flags as flags_lib
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
-EXIT_INTERRUPTED = 130  # 128 + SIGINT
-EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_INTERRUPTED = startup.EXIT_INTERRUPTED
+EXIT_TERMINATED = startup.EXIT_TERMINATED
 
 
 def was_terminated(interrupt: KeyboardInterrupt) -> bool:
@@ -182,11 +190,11 @@ def format_settings(config: TrainConfig) -> str:
   """The strategy settings the run used (paper defaults filled in), one line.
 
   The server optimizer's learning rate and momentum are shown only when there
-  is a server optimizer.
+  is a server optimizer; an elastic strategy's `α = ρη` is shown last.
 
   Example:
     >>> format_settings(TrainConfig(strategy="aeasgd"))
-    'aeasgd: worker_optimizer=sgd learning_rate=0.01 momentum=0.9 rho=5 normalization=none server_optimizer=none'
+    'aeasgd: worker_optimizer=adam learning_rate=0.001 momentum=0.9 rho=5 elastic_learning_rate=0.01 normalization=none server_optimizer=none elastic_alpha=0.05'
   """
   used = config.resolved()
   parts = []
@@ -197,6 +205,8 @@ def format_settings(config: TrainConfig) -> str:
     value = getattr(used, name)
     parts.append(f"{name}={value:g}" if isinstance(value, float) else
                  f"{name}={value}")
+  if used.elastic_alpha() is not None:
+    parts.append(f"elastic_alpha={used.elastic_alpha():g}")
   return f"{used.strategy}: " + " ".join(parts)
 
 
@@ -244,7 +254,8 @@ def train_and_report(config: TrainConfig,
     summary = train_fn(config, progress=bar)
   except KeyboardInterrupt:
     bar.close()
-    _write_results(config, command, plots)  # Partial results are results too.
+    if has_results(config.workdir):  # Partial results are results too.
+      _write_results(config, command, plots)
     raise
   except BaseException:
     bar.close()
@@ -252,6 +263,11 @@ def train_and_report(config: TrainConfig,
   bar.close()
   run = _write_results(config, command, plots)
   return summary, summarize(config, summary or {}, run)
+
+
+def has_results(workdir: str) -> bool:
+  """Whether the run got as far as owning `workdir`: it wrote summary.json, however it ended."""
+  return os.path.isfile(os.path.join(workdir, "summary.json"))
 
 
 def remove_if_unstarted(workdir: str) -> None:
@@ -282,25 +298,34 @@ def main(argv):
   except (flags_lib.UsageError, ValueError) as e:
     flags_lib.exit_with_error(program, e, status=2)
 
+  startup.take_over(program, cleanup=None if existed else
+                    lambda: remove_if_unstarted(config.workdir))
   with sigterm_as_interrupt():
     try:
       _, rows = train_and_report(config, runtime.train, command=command,
                                  plots=FLAGS.plots)
     except KeyboardInterrupt as e:
-      if was_terminated(e):
-        flags_lib.exit_with_error(program, "terminated (SIGTERM); partial "
-                                  f"results in {config.workdir}",
-                                  status=EXIT_TERMINATED)
-      flags_lib.exit_with_error(program, "interrupted; partial results in "
-                                f"{config.workdir}", status=EXIT_INTERRUPTED)
+      what, status = (("terminated (SIGTERM)", EXIT_TERMINATED)
+                      if was_terminated(e) else
+                      ("interrupted", EXIT_INTERRUPTED))
+      if has_results(config.workdir):
+        flags_lib.exit_with_error(
+            program, f"{what}; partial results in {config.workdir}",
+            status=status)
+      if not existed:
+        remove_if_unstarted(config.workdir)
+      flags_lib.exit_with_error(
+          program, f"{what} before the run started; nothing was written",
+          status=status)
     except runtime.NothingToDo as e:
       print(f"{program}: {e}")
       return
     except runtime.WorkdirBusy as e:
       flags_lib.exit_with_error(program, e)
-    except (runtime.RunError, ValueError) as e:
+    except (runtime.RunError, ValueError, OSError) as e:
       # ValueError: the runtime's checks of the config against the data
-      # (e.g. too few examples for the workers) and DataError, its subclass.
+      # (e.g. too few examples for the workers) and DataError, its subclass;
+      # OSError: the plots or config.json after the run (a full disk).
       logging.debug("run failed", exc_info=True)
       if not existed:
         remove_if_unstarted(config.workdir)

@@ -76,6 +76,25 @@ def test_train_end_to_end(tmp_path):
   accuracy = float(table.split("final test accuracy")[1].split()[0])
   assert accuracy > 0.5
 
+  # Every commit row carries each of its λ = 4 steps' training accuracy
+  # (multiples of 1/128 at batch 128) and its window's bounds; the thesis'
+  # E of the run against itself is exactly 1 (on a window that fits this
+  # sub-second run: with the 5-s default its curve is one point).
+  for e in commits:
+    assert len(e["step_accuracy"]) == 4, e
+    assert all(128 * a == int(128 * a) for a in e["step_accuracy"]), e
+    assert np.mean(e["step_accuracy"]) == pytest.approx(e["accuracy"])
+    assert 0 <= e["window_start"] < e["window_end"] <= e["time"], e
+  compared = subprocess.run(
+      [sys.executable, "-m", "experiments.compare", str(workdir),
+       str(workdir), f"--output={tmp_path / 'cmp.png'}",
+       "--efficiency_window=0.2"], cwd=ROOT,
+      capture_output=True, text=True, timeout=120)
+  assert compared.returncode == 0, compared.stderr[-3000:]
+  assert "\nE train (thesis): every local step's" in compared.stdout
+  pair = compared.stdout.split("E train\n")[1].splitlines()[0].split()
+  assert pair[-2:] == ["1.0000", "1.0000"], compared.stdout
+
   # The same workdir again, without --resume: refused, nothing touched.
   before = snapshot(workdir)
   line = assert_one_line_error(train(*TINY, f"--workdir={workdir}"))
@@ -97,6 +116,8 @@ BAD_FLAGS = {
     "infinite learning rate": (["--learning_rate=inf"], "--learning_rate"),
     "nan momentum": (["--momentum=nan"], "--momentum"),
     "infinite rho": (["--rho=inf"], "--rho"),
+    "zero elastic lr": (["--elastic_learning_rate=0"],
+                        "--elastic_learning_rate"),
     "infinite server lr": (["--server_learning_rate=inf"],
                            "--server_learning_rate"),
     "infinite max_seconds": (["--max_seconds=inf"], "--max_seconds"),
@@ -112,8 +133,9 @@ BAD_FLAGS = {
 
 
 def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
-  # No optimizer flags: AEASGD gets SGD, η = 0.01, ρ = 5 (PAPER.md), and
-  # config.json and the printed summary say so.
+  # No optimizer flags: AEASGD as the thesis ran it (PAPER.md): Adam 1e-3
+  # locally, ρ = 5, elastic η = 0.01, so α = 0.05; config.json,
+  # summary.json and the printed summary say so.
   workdir = tmp_path / "run"
   result = train("--strategy=aeasgd", "--num_workers=2",
                  "--communication_window=4", "--epochs=2",
@@ -121,11 +143,16 @@ def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
                  f"--workdir={workdir}")
   assert result.returncode == 0, result.stderr[-3000:]
   config = json.loads((workdir / "config.json").read_text())
-  assert (config["strategy"], config["worker_optimizer"],
-          config["learning_rate"], config["rho"]) == ("aeasgd", "sgd", 0.01,
-                                                       5.0)
-  assert ("aeasgd: worker_optimizer=sgd learning_rate=0.01 momentum=0.9 "
-          "rho=5 normalization=none server_optimizer=none") in result.stdout
+  summary = json.loads((workdir / "summary.json").read_text())
+  for recorded in (config, summary["config"]):
+    assert (recorded["strategy"], recorded["worker_optimizer"],
+            recorded["learning_rate"], recorded["rho"],
+            recorded["elastic_learning_rate"]) == ("aeasgd", "adam", 1e-3,
+                                                   5.0, 0.01)
+    assert recorded["elastic_alpha"] == pytest.approx(0.05, rel=1e-12)
+  assert ("aeasgd: worker_optimizer=adam learning_rate=0.001 momentum=0.9 "
+          "rho=5 elastic_learning_rate=0.01 normalization=none "
+          "server_optimizer=none elastic_alpha=0.05") in result.stdout
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FLAGS))
@@ -163,10 +190,12 @@ def test_write_config_records_the_resolved_settings(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
   path = flags_lib.write_config(config, str(tmp_path), ["train", "--rho=2"])
   written = json.loads(open(path).read())
-  # PAPER.md's AEASGD: SGD, η = 0.01; the ρ given is kept.
+  # PAPER.md's AEASGD: Adam 1e-3, elastic η = 0.01; the ρ given is kept,
+  # and α = 2 · 0.01 recorded.
   assert (written["worker_optimizer"], written["learning_rate"],
-          written["rho"], written["normalization"]) == ("sgd", 0.01, 2.0,
-                                                        "none")
+          written["rho"], written["elastic_learning_rate"],
+          written["normalization"]) == ("adam", 1e-3, 2.0, 0.01, "none")
+  assert written["elastic_alpha"] == pytest.approx(0.02, rel=1e-12)
   assert written["max_seconds"] is None  # Generic Nones stay None.
   assert written["command"] == "train --rho=2"
 
@@ -179,6 +208,49 @@ def test_bad_flag_inside_flagfile(tmp_path):
   flagfile.write_text("--num_workers=-3\n")
   line = assert_one_line_error(train(f"--flagfile={flagfile}"))
   assert "--num_workers" in line and ">= 1" in line
+
+
+@pytest.mark.parametrize("program", ["train", "compare", "sweep", "report"])
+def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program):
+  # absl would skip the file met again with a warning, and the run would go
+  # ahead without the flags meant for it.
+  itself = tmp_path / "self.flags"
+  itself.write_text(f"--epochs=3\n--flagfile={itself}\n")
+  a, b = tmp_path / "a.flags", tmp_path / "b.flags"
+  a.write_text(f"--num_workers=2\n--flagfile={b.name}\n")
+  b.write_text("--epochs=3\n--flagfile=./a.flags\n")  # a, spelled anew.
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  cases = [(a, "a.flags includes itself through b.flags")]
+  if program == "train":
+    cases.append((itself, "self.flags includes itself (self.flags -> "))
+  for flagfile, said in cases:
+    result = subprocess.run(
+        [sys.executable, "-m", f"experiments.{program}",
+         f"--flagfile={flagfile.name}", "--workdir=run", "--sweep_dir=sweep"
+         if program == "sweep" else "--output=x.png"
+         if program == "compare" else "--workdir=run"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{program}: error: --flagfile: "), lines[0]
+    assert said in lines[0]
+  assert sorted(os.listdir(tmp_path)) == ["a.flags", "b.flags", "self.flags"]
+
+
+def test_an_interrupt_while_the_modules_load_is_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", f"--workdir={workdir}"],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  time.sleep(0.5)  # JAX alone takes longer to load.
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == 130, stderr
+  assert stderr.strip().splitlines() == [
+      "train: error: interrupted before the run started; nothing was "
+      "written"]
+  assert not workdir.exists()
 
 
 def test_shipped_flagfiles_parse():

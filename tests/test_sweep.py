@@ -20,7 +20,8 @@ def write_run(directory, accuracy, seconds=10.0, summary=None):
     for t in range(int(seconds) + 1):
       f.write(json.dumps({"event": "commit", "time": t, "worker": 0,
                           "clock": t, "staleness": 1, "loss": 1.0,
-                          "accuracy": accuracy,
+                          "accuracy": accuracy, "window_start": t - 1,
+                          "window_end": t, "step_accuracy": [accuracy] * 2,
                           "expected_commits": int(seconds) + 1}) + "\n")
       f.write(json.dumps({"event": "eval", "time": t, "clock": t,
                           "loss": 1.0, "accuracy": accuracy}) + "\n")
@@ -48,6 +49,19 @@ def test_report_tables_and_fraction(tmp_path):
   assert "| aeasgd | 2/3 (0.67) | 2/3 (0.67) |" in text
   assert "worker 1 failed" in text
   assert "Time base of E: " in text
+  # E train is the thesis' unless asked otherwise, and says so; with these
+  # constant accuracies both curves give the same E.
+  assert "*train* (`--efficiency_curve=thesis`): every local step's" in text
+  commits = sweep.report(str(tmp_path), ["agn", "aeasgd"], [2, 4], [10, 20],
+                         curve="commits")
+  assert "*train* (`--efficiency_curve=commits`): each commit's" in commits
+  assert "| 2 | 10 | 0.9000 | 10.0 | 0.6000 | 10.0 | 1.5000 | 1.5000 |" in (
+      commits)
+  # Each run's convergence, by the rule it states: 0.9 and 0.6 held from the
+  # start converge, 0.3 (30 points above chance) is inconclusive.
+  assert "Rule: diverged: non-finite, or the center's test accuracy" in text
+  assert "| 2 | 10 | converged | converged |" in text
+  assert "| 4 | 20 | inconclusive | – |" in text
 
 
 def test_an_interrupted_run_does_not_count(tmp_path):
@@ -204,9 +218,10 @@ def test_report_lists_differing_settings_and_warns_on_budget(tmp_path):
   assert "Warning: the strategies do not train on the same data budget" in first
   assert "(epochs differ" in first
   assert "| epochs | 100 | 40 |" in text
-  # The paper defaults each strategy runs with are listed too.
-  assert "| worker_optimizer | adam | sgd |" in text
-  assert "| learning_rate | 0.001 | 0.01 |" in text
+  # The paper defaults each strategy runs with are listed too: both train
+  # with Adam 1e-3; only AGN divides by the window.
+  assert "| normalization | window | none |" in text
+  assert "| worker_optimizer |" not in text
   assert "| seed |" not in text  # The same for both.
   same = dict(aeasgd, epochs=100.0)
   text = sweep.report(str(tmp_path), ["agn", "aeasgd"], [2], [10],
