@@ -99,6 +99,9 @@ class Checkpointer:
   def __init__(self, directory: str):
     self._directory = directory
     remove_unfinished_saves(directory)
+    # A save that fails (a full disk) leaves tensorstore writes that end
+    # late, as a failed restore leaves reads.
+    _silence_orphaned_errors()
     with _quiet_orbax():  # Orbax narrates every save at INFO; the books say enough.
       self._ocp, self._manager = _manager(directory, create=True)
 
@@ -181,7 +184,7 @@ def _from_orbax(error: Optional[BaseException]) -> bool:
 
 
 class _DropOrphanedTaskErrors(logging.Filter):
-  """asyncio's 'Task exception was never retrieved' for orbax's abandoned reads."""
+  """asyncio's 'Task exception was never retrieved' for orbax's abandoned reads and writes."""
 
   def filter(self, record):
     error = record.exc_info[1] if record.exc_info else None
@@ -195,27 +198,38 @@ class _DropOrphanedTaskErrors(logging.Filter):
 _SILENCED = []
 
 
-def _silence_orphaned_restore_errors():
-  """After a failed restore, orbax's abandoned tensorstore reads finish late.
+def _is_closed_loop_echo(error: Optional[BaseException]) -> bool:
+  return isinstance(error, RuntimeError) and "Event loop is closed" in str(error)
+
+
+def _silence_orphaned_errors():
+  """After a failed save or restore, orbax's abandoned tensorstore operations finish late.
 
   They then report to a closed event loop (`RuntimeError: Event loop is
-  closed`, through sys.unraisablehook) or as never-retrieved task errors
-  (the asyncio logger), from another thread and possibly after `restore`
-  has returned. The failure was already reported as one CheckpointError
-  line, so these echoes are dropped, for the rest of the process.
+  closed`, through sys.unraisablehook, or sys.excepthook when tensorstore
+  prints it from its own thread), as never-retrieved task errors (the
+  asyncio logger) or in orbax's own thread's log, from another thread and possibly before or after the
+  failing call has returned. The failure itself is reported as one
+  CheckpointError line, so these echoes are dropped, for the rest of the
+  process.
   """
   if _SILENCED:
     return
-  previous = sys.unraisablehook
+  previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
 
-  def hook(unraisable):
-    error = unraisable.exc_value
-    if isinstance(error, RuntimeError) and "Event loop is closed" in str(error):
-      return
-    previous(unraisable)
+  def unraisable_hook(unraisable):
+    if not _is_closed_loop_echo(unraisable.exc_value):
+      previous_unraisable(unraisable)
 
-  sys.unraisablehook = hook
+  def except_hook(kind, error, tb):
+    if not _is_closed_loop_echo(error):
+      previous_except(kind, error, tb)
+
+  sys.unraisablehook = unraisable_hook
+  sys.excepthook = except_hook
   logging.getLogger("asyncio").addFilter(_DropOrphanedTaskErrors())
+  # Orbax's own background threads log the same failure with its traceback.
+  logging.getLogger("absl").addFilter(_DropOrbaxLogs())
   _SILENCED.append(True)
 
 
@@ -253,7 +267,7 @@ def restore(directory: str) -> Checkpoint:
     raise CheckpointError(f"no checkpoint directory at {directory}")
   # Before orbax runs: its echoes of a failure can come from another thread
   # before the failure itself reaches us.
-  _silence_orphaned_restore_errors()
+  _silence_orphaned_errors()
   step = None
   try:
     with _quiet_orbax():
