@@ -57,6 +57,7 @@ def test_corrupt_files(tmp_path):
   assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_crash_during_save_keeps_previous(tmp_path):
   # A real process saves large checkpoints in a loop; SIGKILL it mid-write.
   script = textwrap.dedent(f"""
@@ -251,6 +252,7 @@ def test_validate_for_resume_refuses_symlinks_and_missing_parts(tmp_path):
   assert outside.read_text() == "precious\n"
 
 
+@pytest.mark.slow
 def test_truncated_checkpoint_is_one_line_and_no_echo(tmp_path):
   # Emptied array files make tensorstore fail inside orbax's event loop;
   # its abandoned reads used to print "RuntimeError: Event loop is closed"

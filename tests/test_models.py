@@ -31,6 +31,7 @@ def test_mlp_flattens_extra_axes():
   assert model.apply(params, x).shape == (5, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("input_shape", [(8, 8, 1), (40, 1), (32,)])
 def test_cnn_on_images_and_signals(input_shape):
   dim = int(np.prod(input_shape))
@@ -75,6 +76,7 @@ def test_classification_loss_matches_hand_computation():
   np.testing.assert_allclose(aux["accuracy"], 1 / 3, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_loss_is_differentiable_and_training_lowers_it():
   model = models.MLP((32,), 2)
   params = models.init_params(model, jax.random.key(0), 4)
@@ -99,6 +101,7 @@ def test_loss_is_differentiable_and_training_lowers_it():
   assert aux["accuracy"] > 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [3, 1000])
 def test_evaluate_agrees_with_the_loss_on_the_whole_split(batch_size):
   model = models.MLP((8,), 4)

@@ -13,6 +13,9 @@ from agn_jax import TrainConfig
 from agn_jax.runtime import NothingToDo, RunError, train
 from helpers import assert_nothing_left, metrics_rows, snapshot
 
+# Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def _config(tmp_path, **overrides):
   values = dict(strategy="agn", num_workers=2, communication_window=5,

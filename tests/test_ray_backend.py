@@ -30,6 +30,9 @@ from agn_jax.runtime.transport import CommitMeta
 from helpers import (assert_one_line_error, metrics_rows, run_cli,
                      train_with_two_failures)
 
+# Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RAY_DAEMONS = ("raylet", "gcs_server")
 

@@ -25,6 +25,9 @@ from agn_jax.runtime import RunError, train
 from helpers import (assert_nothing_left, assert_one_line_error,
                      metrics_rows, run_cli, snapshot, train_with_two_failures)
 
+# Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 

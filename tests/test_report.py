@@ -12,6 +12,9 @@ from experiments import report
 from experiments import sweep
 from tests.helpers import REPO
 
+# Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def run_report(*args, timeout=600):
   return subprocess.run([sys.executable, "-m", "experiments.report", *args],

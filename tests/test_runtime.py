@@ -21,6 +21,9 @@ from agn_jax.runtime.inprocess import InProcessBackend
 from agn_jax.shares import BatchSampler
 from helpers import assert_nothing_left
 
+# Every test here but the one on threads starts real processes.
+slow = pytest.mark.slow
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -41,11 +44,13 @@ def agn_run(tmp_path_factory):
   return summary, pathlib.Path(tmp_path / "run"), events
 
 
+@slow
 def test_agn_four_workers_learns_digits(agn_run):
   summary, _, _ = agn_run
   assert summary["final_test_accuracy"] >= 0.90
 
 
+@slow
 def test_server_applied_every_commit_the_workers_made(agn_run):
   summary, _, _ = agn_run
   assert summary["rejected_commits"] == 0
@@ -53,12 +58,14 @@ def test_server_applied_every_commit_the_workers_made(agn_run):
   assert summary["final_clock"] == summary["num_commits"]
 
 
+@slow
 def test_staleness_of_homogeneous_workers_is_about_n_minus_one(agn_run):
   summary, _, _ = agn_run
   n = summary["num_workers"]
   assert (n - 1) / 2 <= summary["mean_staleness"] <= 2 * (n - 1)
 
 
+@slow
 def test_workdir_files_and_progress_events(agn_run):
   summary, workdir, events = agn_run
   lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text()
@@ -100,10 +107,12 @@ def test_workdir_files_and_progress_events(agn_run):
   assert len(pids["workers"]) == 4 and pids["server"] not in pids["workers"]
 
 
+@slow
 def test_normal_run_leaves_nothing_behind(agn_run):
   assert_nothing_left(agn_run[1])
 
 
+@slow
 def test_one_worker_agn_equals_lookahead(tmp_path):
   """1 worker, commit-then-pull, add rule: lookahead(adam, λ, 1/λ), exactly."""
   lam, batch, windows = 5, 32, 4
@@ -170,6 +179,7 @@ def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
   np.testing.assert_array_equal(saved.center, center)
 
 
+@slow
 def test_non_finite_commit_is_rejected_and_training_goes_on(
     tmp_path, monkeypatch):
   monkeypatch.setenv("AGN_JAX_FAULT", "nan:worker=1:window=1")
@@ -191,6 +201,7 @@ def test_non_finite_commit_is_rejected_and_training_goes_on(
   assert_nothing_left(tmp_path / "run")
 
 
+@slow
 def test_exception_in_a_worker_without_restarts_ends_the_run_cleanly(
     tmp_path, monkeypatch):
   monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=1:window=3")
@@ -223,6 +234,7 @@ _INTERRUPTIBLE = textwrap.dedent("""
 """)
 
 
+@slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_the_launcher_ends_every_process(tmp_path, signum):
   script = tmp_path / "interruptible.py"

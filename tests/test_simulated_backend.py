@@ -14,6 +14,9 @@ from agn_jax import TrainConfig
 from agn_jax.runtime import train
 from helpers import REPO, assert_one_line_error, metrics_rows, run_cli
 
+# Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 # Fields that follow the wall clock; everything else must repeat exactly.
 WALL_FIELDS = ("time", "wall_time", "seconds", "window_start", "window_end")
 

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from agn_jax import TrainConfig, build, get_strategy
 from agn_jax.cluster import TimeModel
@@ -166,6 +167,7 @@ class ScheduleTest(parameterized.TestCase):
       _quadratic_sim(_strategy("agn"), 3, x, commit_order="random")
 
 
+@pytest.mark.slow
 class OneWorkerTest(absltest.TestCase):
 
   def test_equals_lookahead(self):
@@ -404,6 +406,7 @@ class RejectionTest(absltest.TestCase):
     self.assertEqual(sim.clock, 0)
 
 
+@pytest.mark.slow
 class CompiledRoundTest(parameterized.TestCase):
   """The compiled round copies no stacked worker state (a performance guard)."""
 
@@ -425,6 +428,7 @@ class CompiledRoundTest(parameterized.TestCase):
     self.assertRegex(hlo, rf"f32\[{n},5,8\]")
 
 
+@pytest.mark.slow
 class DeterminismTest(absltest.TestCase):
 
   def test_same_run_twice_and_restore(self):
@@ -490,6 +494,7 @@ _SHARDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 class ShardedTest(absltest.TestCase):
 
   def test_sharded_equals_unsharded(self):

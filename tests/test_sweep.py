@@ -235,6 +235,7 @@ def run_sweep(*args, timeout=300):
                         timeout=timeout)
 
 
+@pytest.mark.slow
 def test_cli_strategy_flagfile_cannot_change_the_budget(tmp_path):
   # Issue 10.5's command: --epochs typed, the aeasgd flagfile says 40.
   result = run_sweep(
@@ -249,6 +250,7 @@ def test_cli_strategy_flagfile_cannot_change_the_budget(tmp_path):
   assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.slow
 def test_cli_failed_cells_are_reported_and_the_sweep_goes_on(tmp_path):
   # More workers than examples fails each cell before it starts; the sweep
   # reports both, then exits 1 naming them. --resume tries them again.

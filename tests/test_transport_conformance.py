@@ -24,6 +24,7 @@ from agn_jax.runtime import inprocess
 from agn_jax.runtime import shm
 from agn_jax.runtime.transport import CommitMeta, SharedMemoryTransport
 
+
 P = 30_000  # 120 kB: Ray moves such arrays through its object store.
 
 
@@ -174,7 +175,10 @@ def ray_instance():
     ray.shutdown()
 
 
-@pytest.fixture(params=["shared_memory", "ray", "threads"])
+# Shared memory and Ray start real processes: `-m "not slow"` keeps threads.
+@pytest.fixture(params=[pytest.param("shared_memory", marks=pytest.mark.slow),
+                        pytest.param("ray", marks=pytest.mark.slow),
+                        "threads"])
 def kit(request):
   cleanup = []
   if request.param == "ray":

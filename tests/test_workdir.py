@@ -48,6 +48,7 @@ def stop(proc):
       stream.close()
 
 
+@pytest.mark.slow
 def test_second_process_is_told_who_holds_the_workdir(tmp_path):
   path = tmp_path / "run"
   holder = start_holder(path)
@@ -76,6 +77,7 @@ def test_second_process_is_told_who_holds_the_workdir(tmp_path):
   assert os.listdir(path) == []
 
 
+@pytest.mark.slow
 def test_two_processes_contending_exactly_one_wins(tmp_path):
   path = tmp_path / "shared"
   procs = [start_holder(path, tag) for tag in ("a", "b")]
@@ -91,6 +93,7 @@ def test_two_processes_contending_exactly_one_wins(tmp_path):
       stop(p)
 
 
+@pytest.mark.slow
 def test_lock_is_released_when_the_holder_is_killed(tmp_path):
   path = tmp_path / "run"
   holder = start_holder(path)
@@ -108,6 +111,7 @@ def test_lock_is_released_when_the_holder_is_killed(tmp_path):
     assert lock.holder["pid"] == os.getpid()
 
 
+@pytest.mark.slow
 def test_lock_is_not_inherited_by_a_spawned_child(tmp_path):
   # The runtime spawns its server and workers while the launcher holds the
   # lock; a child that outlives the launcher must not keep the workdir.
@@ -194,6 +198,7 @@ def test_write_atomic_replaces_a_planted_link_not_its_target(tmp_path):
   assert sorted(os.listdir(run)) == ["summary.json"]
 
 
+@pytest.mark.slow
 def test_default_names_never_collide(tmp_path):
   # Many in one second from one process, and two processes at once.
   names = {workdir_lib.unique_default_workdir(str(tmp_path), "agn-n2-l10")
