@@ -728,15 +728,21 @@ class Attacks:
 
   # 15. Every ended run says how it ended.
 
-  def attack_15a(self):
-    """a SIGKILLed server: one line; summary.json says failed, why, and the counts so far"""
-    workdir = self.path("server_killed")
-    proc = start("train", *SMALL, "--epochs=300", f"--workdir={workdir}")
+  def _kill_server_once_running(self, workdir, *args):
+    """Starts a run, SIGKILLs its server after 10 commits; returns (process, its process tree then)."""
+    proc = start("train", *args, f"--workdir={workdir}")
     self.workdirs.append(workdir)
     wait_until(proc, lambda: len(commits(workdir)) >= 10 and os.path.exists(
         os.path.join(workdir, "pids.json")))
+    below = tree(proc.pid)
     os.kill(read_json(os.path.join(workdir, "pids.json"))["server"],
             signal.SIGKILL)
+    return proc, below
+
+  def attack_15a(self):
+    """a SIGKILLed server: one line; summary.json says failed, why, and the counts so far"""
+    workdir = self.path("server_killed")
+    proc, _ = self._kill_server_once_running(workdir, *SMALL, "--epochs=300")
     line = expect_one_line_error(finish(proc), "train")
     if "server killed by signal 9" not in line:
       raise Failed(line)
@@ -824,13 +830,8 @@ class Attacks:
   def attack_15f(self):
     """a SIGKILLed Ray server actor: 'server actor died: killed by signal 9'; summary.json says failed"""
     workdir = self.path("ray_server_killed")
-    proc = start("train", *RAY, "--epochs=3000", f"--workdir={workdir}")
-    self.workdirs.append(workdir)
-    wait_until(proc, lambda: len(commits(workdir)) >= 10 and os.path.exists(
-        os.path.join(workdir, "pids.json")))
-    below = tree(proc.pid)
-    os.kill(read_json(os.path.join(workdir, "pids.json"))["server"],
-            signal.SIGKILL)
+    proc, below = self._kill_server_once_running(workdir, *RAY,
+                                                 "--epochs=3000")
     result = finish(proc)
     if result.rc != 1 or "Traceback" in result.stderr:
       raise Failed(f"exit {result.rc}: {_lines(result.stderr)[-2:]}")
