@@ -217,7 +217,8 @@ def _write_results(config: TrainConfig, command: Optional[Sequence[str]],
   try:
     run = compare.read_run(config.workdir)
   except compare.RunDirError as e:
-    logging.warning("no plots: %s", e)
+    if plots:
+      logging.warning("no plots: %s", e)
     return None
   if plots:
     from experiments import plots as plots_lib  # pylint: disable=g-import-not-at-top

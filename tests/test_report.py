@@ -1,176 +1,333 @@
-"""End to end: `python -m experiments.report --quick` runs real sweeps and writes REPORT.md from them."""
+"""The reproduction report: its design against the issue's numbers, its rules against independent references, and the quick study end to end."""
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from experiments import report
-from experiments import sweep
+from experiments.report import claims
+from experiments.report import design
+from experiments.report import results as results_lib
+from experiments.report import runner
+from experiments.report import sections
+from experiments.report import thesis
 from tests.helpers import REPO
 
-# Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
-pytestmark = pytest.mark.slow
 
-
-def run_report(*args, timeout=600):
+def run_report(*args, timeout=120):
   return subprocess.run([sys.executable, "-m", "experiments.report", *args],
                         cwd=REPO, capture_output=True, text=True,
                         timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory):
-  """One quick study: 2×2 grid, one real-process cell, every item."""
-  root = tmp_path_factory.mktemp("report")
-  study_dir, output_dir = str(root / "study"), str(root / "results")
-  result = run_report("--quick", f"--study_dir={study_dir}",
-                      f"--output_dir={output_dir}")
-  assert result.returncode == 0, result.stdout + result.stderr
-  with open(os.path.join(output_dir, "REPORT.md")) as f:
-    text = f.read()
-  return study_dir, output_dir, text, result.stdout
-
-
-def summary(study_dir, sweep_name, strategy, n, l):
-  path = sweep.run_dir(os.path.join(study_dir, sweep_name), strategy, n, l)
-  with open(os.path.join(path, "summary.json")) as f:
-    return json.load(f)
-
-
-def section(text, item):
-  start = text.index(f"## {item}. ")
+def section(text, title):
+  start = text.index(f"## {title}")
   end = text.find("\n## ", start + 1)
   return text[start:] if end < 0 else text[start:end]
 
 
-def test_report_starts_with_the_headline_table(study):
-  study_dir, _, text, _ = study
-  head = text[:text.index("## ")]
-  assert "| mean final test accuracy, AGN |" in head
-  assert "69.73 %" in head and "98.18 %" in head and "97.45 %" in head
-  # The quick grid's corner is its headline cell; its numbers are the runs'.
-  agn = summary(study_dir, "grid-mnist5k", "agn", 4, 4)
-  aeasgd = summary(study_dir, "grid-mnist5k", "aeasgd", 4, 4)
-  assert (f"| n = 4, λ = 4: AGN | {100 * agn['final_test_accuracy']:.2f} %"
-          in head)
-  assert (f"| n = 4, λ = 4: AEASGD | "
-          f"{100 * aeasgd['final_test_accuracy']:.2f} %" in head)
-  assert "--quick" in head  # A quick study says it is one.
+# The design, against the paper's experiment as PAPER.md and the thesis state it.
 
 
-def test_every_item_has_its_section_command_backend_and_time(study):
-  _, _, text, _ = study
-  for item in report.ITEMS:
-    part = section(text, item)
-    assert "**Command:** `python -m experiments.report" in part
-    assert f"--items={item}" in part
-    assert "**Backend:**" in part and "**Time here:**" in part
-  assert "## Where we differ from the paper, and why" in text
+def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
+  p = design.preset("cpu")
+  grid = [r for r in p.runs if r.section == design.GRID]
+  assert sorted({r.cell for r in grid}) == [(10, 10), (10, 40), (25, 25),
+                                            (40, 10), (40, 40)]
+  assert {(r.strategy, r.seed, r.epochs) for r in grid} == {
+      ("agn", 0, 40.0), ("aeasgd", 0, 40.0)}
+  # 40 epochs of 60,000 at batch 128: 18,750 local steps, 2.4 M samples.
+  assert p.samples(grid[0]) == 2.4e6 and p.batch_size() == 128
+  values = design._parsed(grid[0].argv())
+  assert (values.dataset, values.hidden_sizes, values.backend,
+          values.cluster) == ("mnist", ["1000", "2000", "1000"], "simulated",
+                              "paper")
+  downpour = p.section_runs(design.DOWNPOUR)
+  assert [(r.num_workers, r.communication_window, r.epochs)
+          for r in downpour] == [(10, 1, 5.0), (20, 1, 5.0)]
+  assert design._parsed(downpour[0].argv()).strategy == "downpour"
+  ablation = p.section_runs(design.ABLATION)
+  assert {r.cell for r in ablation} == {(10, 10)}
+  assert {r.epochs for r in ablation} == {10.0}
+  backends = {r.variant: design._parsed(r.argv()).backend for r in ablation}
+  assert backends["processes"] == "processes"
+  assert backends["round_robin"] == backends["random"] == "simulated"
+  # At the stated rate (7.5 minutes a 2.4 M-sample run) it fits 100 minutes.
+  from experiments.report import main
+  cost = design.cost(p, main.CPU_SECONDS_PER_SAMPLE)
+  assert cost["seconds"] <= 100 * 60
 
 
-def test_grid_section_holds_the_runs_numbers(study):
-  study_dir, _, text, _ = study
-  part = section(text, 1)
-  for n in (2, 4):
-    for l in (2, 4):
-      agn = summary(study_dir, "grid-mnist5k", "agn", n, l)
-      aeasgd = summary(study_dir, "grid-mnist5k", "aeasgd", n, l)
-      row = re.search(rf"^\| {n} \| {l} \| \d+ \| (\S+) \| (\S+) \| (\S+) \| "
-                      rf"(\S+) \|$", part, re.M)
-      assert row, (n, l)
-      assert float(row.group(1)) == pytest.approx(
-          agn["final_test_accuracy"], abs=5e-5)
-      assert float(row.group(2)) == pytest.approx(
-          aeasgd["final_test_accuracy"], abs=5e-5)
-      assert float(row.group(3)) > 0 and float(row.group(4)) > 0  # E's.
-  assert "### MNIST-1D" in part
-  assert summary(study_dir, "grid-mnist1d", "agn", 2, 4)["dataset"] == \
-      "mnist1d"
+def test_paper_preset_is_the_whole_grid_with_three_seeds():
+  p = design.preset("paper")
+  grid = p.section_runs(design.GRID)
+  assert len(grid) == 49 * 2 * 3
+  assert {r.cell for r in grid} == set(thesis.GRID)
+  assert all("--platform=gpu" in r.flags for r in grid)
 
 
-def test_reality_staleness_downpour_lambda_diloco_come_from_runs(study):
-  study_dir, _, text, _ = study
-  processes = summary(study_dir, "reality-processes", "agn", 2, 4)
+@pytest.mark.parametrize("name", ["cpu", "paper", "quick"])
+def test_every_cell_of_every_preset_has_at_least_five_windows(name):
+  p = design.preset(name)
+  for r in p.runs:
+    # Steps of one worker's share, then whole windows: by hand.
+    steps = int(r.epochs * p.train_examples) // p.batch_size() // r.num_workers
+    assert steps // r.communication_window >= design.MIN_WINDOWS, r.name
+    assert design.windows_per_worker(r, p.train_examples,
+                                     p.batch_size()) == \
+        steps // r.communication_window
+
+
+def test_quick_preset_counts_the_digits_it_trains_on():
+  from agn_jax import data
+  assert design.preset("quick").train_examples == len(
+      data.load("digits", size=None, seed=0).x_train)
+
+
+def test_the_mean_staleness_formula_matches_a_round_robin_count():
+  for n, w in ((2, 3), (4, 5), (10, 11)):
+    # Commit-then-pull round robin, counted commit by commit.
+    clock, pulled, st = 0, [0] * n, []
+    for _ in range(w):
+      for k in range(n):
+        st.append(clock - pulled[k])
+        clock += 1
+        pulled[k] = clock
+    assert design.mean_staleness_formula(n, w) == pytest.approx(np.mean(st))
+
+
+def test_wilson_interval_matches_scipy():
+  for k, n in ((0, 5), (4, 5), (33, 49), (10, 10)):
+    ci = stats.binomtest(k, n).proportion_ci(method="wilson")
+    assert claims.wilson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
+
+
+def test_estimate_is_the_t_interval():
+  values = [0.91, 0.95, 0.97, 0.90]
+  e = results_lib.estimate(values)
+  half = stats.t.ppf(0.975, 3) * np.std(values, ddof=1) / 2
+  assert e.mean == pytest.approx(np.mean(values))
+  assert e.half_width == pytest.approx(half, rel=1e-3)
+
+
+def test_accuracy_and_time_verdicts_follow_their_rules():
+  one = results_lib.Estimate
+  assert claims.accuracy_claim("x", one(0.9780, None, 1),
+                               0.9818).verdict == claims.REPRODUCED
+  assert claims.accuracy_claim("x", one(0.9760, None, 1),
+                               0.9818).verdict == claims.NOT_REPRODUCED
+  # The seeds' interval widens the tolerance.
+  assert claims.accuracy_claim("x", one(0.9760, 0.01, 3),
+                               0.9818).verdict == claims.REPRODUCED
+  assert claims.time_claim("t", one(240.0, None, 1), 250.74,
+                           False).verdict == claims.REPRODUCED
+  assert claims.time_claim("t", one(200.0, None, 1), 250.74,
+                           False).verdict == claims.NOT_REPRODUCED
+  assert claims.time_claim("t", one(257.0, None, 1), 257.62,
+                           True).verdict.startswith(claims.INCONCLUSIVE)
+
+
+# The quick study, end to end.
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+  """The quick preset run in this process: every section's runs."""
+  root = tmp_path_factory.mktemp("report")
+  study_dir, output_dir = str(root / "study"), str(root / "results")
+  p = design.preset("quick")
+  books = runner.Study(study_dir)
+  books.data["preset"] = "quick"
+  books.save()
+  failures = runner.run_all(p, books, show_progress=False, log=lambda _: None)
+  assert not failures
+  path = sections.write(sections.Context.build(
+      p, books, output_dir, ("thesis", 5.0)))
+  with open(path) as f:
+    text = f.read()
+  return study_dir, output_dir, text
+
+
+def summary(study_dir, section_name, name):
+  with open(os.path.join(study_dir, section_name, name, "summary.json")) as f:
+    return json.load(f)
+
+
+@pytest.mark.slow
+def test_report_opens_with_a_verdict_for_every_claim(study):
+  _, _, text = study
+  part = section(text, "The paper's claims")
+  rows = [line for line in part.splitlines()
+          if line.startswith("| ") and not line.startswith("| claim")]
+  assert len(rows) == 10
+  for row in rows:
+    verdict = row.split(" | ")[3]
+    assert verdict.split(" (")[0] in (claims.REPRODUCED, claims.NOT_REPRODUCED,
+                                      claims.INCONCLUSIVE), row
+  for key, _ in claims.RULES:
+    assert f"- **{key}**:" in part
+  assert "says nothing about the paper" in text
+
+
+@pytest.mark.slow
+def test_claims_carry_the_runs_numbers(study):
+  study_dir, _, text = study
+  part = section(text, "The paper's claims")
+  agn = summary(study_dir, "grid", "agn-n2-l2-s0")["final_test_accuracy"]
+  expected = ("reproduced" if abs(agn - thesis.HEADLINE.agn_test_accuracy)
+              <= 0.005 else "not reproduced")
+  assert (f"| AGN test accuracy at n = 2, λ = 2 | 98.18 % | "
+          f"{100 * agn:.2f} % | {expected} | acc |") in part
+
+
+@pytest.mark.slow
+def test_grid_rows_come_from_the_runs(study):
+  study_dir, _, text = study
+  part = section(text, "The grid")
+  for n, l in ((2, 2), (2, 4), (4, 4)):
+    agn = summary(study_dir, "grid", f"agn-n{n}-l{l}-s0")
+    aeasgd = summary(study_dir, "grid", f"aeasgd-n{n}-l{l}-s0")
+    row = re.search(rf"^\| {n} \| {l} \| (\d+) \| [^|]+ \| [^|]+ \| (\S+) \| "
+                    rf"[^|]+ \| [^|]+ \| (\S+) \|", part, re.M)
+    assert row, (n, l)
+    # Windows per worker: commits / n.
+    assert int(row.group(1)) == agn["num_commits"] // n
+    assert float(row.group(2)) == pytest.approx(
+        100 * agn["final_test_accuracy"], abs=0.006)
+    assert float(row.group(3)) == pytest.approx(
+        100 * aeasgd["final_test_accuracy"], abs=0.006)
+
+
+@pytest.mark.slow
+def test_sections_use_the_runs_they_name(study):
+  study_dir, output_dir, text = study
+  processes = summary(study_dir, "ablation", "agn-n2-l2-s0-processes")
   assert processes["backend"] == "processes"
-  part = section(text, 2)
-  assert (f"| 2 | 4 | processes | {processes['final_test_accuracy']:.4f} |"
-          in part)
-  assert "| 2 | 4 | simulated random |" in part
-  assert "| 2 | 4 | simulated round_robin |" in part
-  staleness_rows = section(text, 3)
-  assert f"| 2 | processes | {processes['num_commits']} |" in staleness_rows
-  assert "| 2 | simulated round_robin |" in staleness_rows
-  downpour = summary(study_dir, "downpour", "downpour", 2, 1)
-  assert (f"| 2 | 1 | {downpour['final_test_accuracy']:.4f} |"
-          in section(text, 4))
-  assert "| 2 | 2 |" in section(text, 5)  # n = 2: best λ 2 or 4, heuristic 2.
-  nesterov = summary(study_dir, "diloco-nesterov", "agn", 2, 2)
+  assert summary(study_dir, "ablation", "agn-n2-l2-s0-random")[
+      "config"]["speed_model"] == design.RANDOM_SPEEDS
+  alpha = summary(study_dir, "ablation", "aeasgd-n2-l2-s0-alpha0.5")
+  assert alpha["config"]["elastic_learning_rate"] * alpha["config"][
+      "rho"] == pytest.approx(0.5)
+  nesterov = summary(study_dir, "diloco", "agn-n2-l2-s0-nesterov")
   assert nesterov["config"]["server_optimizer"] == "nesterov"
-  assert f"| {nesterov['final_test_accuracy']:.4f} |" in section(text, 6)
-
-
-def test_plots_exist_and_are_linked(study):
-  _, output_dir, text, _ = study
-  for name in ("grid-mnist5k.png", "grid-mnist1d.png", "reality.png",
-               "staleness.png", "downpour.png", "lambda.png"):
-    path = os.path.join(output_dir, name)
-    assert os.path.getsize(path) > 1000, name
+  assert nesterov["config"]["server_learning_rate"] == pytest.approx(0.35)
+  downpour = summary(study_dir, "downpour", "downpour-n4-l1-s0")
+  assert downpour["config"]["communication_window"] == 1
+  assert f"{100 * downpour['final_test_accuracy']:.2f} %" in section(
+      text, "DOWNPOUR")
+  stale = section(text, "Staleness")
+  assert (f"| ablation n=2 λ=2, processes | {processes['num_commits']} |"
+          in stale)
+  for name in ("grid-curves.png", "ablation.png", "staleness.png",
+               "downpour.png"):
+    assert os.path.getsize(os.path.join(output_dir, name)) > 1000, name
     assert f"]({name})" in text
-  # report_quick.flags says --noplots: the runs draw none of their own.
-  study_dir = study[0]
-  run = sweep.run_dir(os.path.join(study_dir, "grid-mnist5k"), "agn", 2, 2)
-  assert os.path.isfile(os.path.join(run, "metrics.jsonl"))
-  assert not os.path.exists(os.path.join(run, "curves.png"))
+  assert "## Compute ledger" in text
 
 
-def test_completed_runs_drop_their_checkpoints(study):
-  study_dir, _, _, _ = study
-  run = sweep.run_dir(os.path.join(study_dir, "grid-mnist5k"), "agn", 2, 2)
-  assert sweep.completed(run)
-  assert not os.path.exists(os.path.join(run, "checkpoints"))
+@pytest.mark.slow
+def test_completed_runs_keep_no_checkpoint_and_the_ledger_counts_them(study):
+  study_dir, _, _ = study
+  books = runner.Study(study_dir)
+  p = design.preset("quick")
+  assert set(books.ledger) == {f"{r.section}/{r.name}" for r in p.runs}
+  for r in p.runs:
+    assert not os.path.exists(os.path.join(r.path(study_dir), "checkpoints"))
+    assert books.ledger[f"{r.section}/{r.name}"]["completed"]
 
 
-def test_resume_runs_nothing_new_and_rewrites_the_report(study):
-  study_dir, output_dir, text, _ = study
-  os.remove(os.path.join(output_dir, "REPORT.md"))
-  result = run_report(f"--study_dir={study_dir}", f"--output_dir={output_dir}",
-                      "--resume", "--items=1")
+@pytest.mark.slow
+def test_rerunning_runs_nothing_and_rewrites_the_report(study):
+  study_dir, output_dir, _ = study
+  before = runner.Study(study_dir).ledger
+  result = run_report("--preset=quick", f"--study_dir={study_dir}",
+                      f"--output_dir={output_dir}", "--noprogress")
   assert result.returncode == 0, result.stderr
-  assert "[item" not in result.stdout  # Every cell completed earlier.
-  with open(os.path.join(output_dir, "REPORT.md")) as f:
-    again = f.read()
-  assert section(again, 1).split("**Time here:**")[0] == \
-      section(text, 1).split("**Time here:**")[0]
+  assert "[1/" not in result.stdout  # Every run completed earlier.
+  assert "0 not started" in result.stdout
+  assert runner.Study(study_dir).ledger == before
+  assert os.path.isfile(os.path.join(output_dir, "REPORT.md"))
+
+
+@pytest.mark.slow
+def test_a_cell_below_five_windows_is_not_shown(tmp_path):
+  quick = design.preset("quick")
+  runs = tuple(r._replace(epochs=0.5) for r in quick.runs
+               if r.section == design.GRID and r.cell == (4, 4))
+  p = quick._replace(runs=runs)
+  books = runner.Study(str(tmp_path / "study"))
+  assert not runner.run_all(p, books, show_progress=False, log=lambda _: None)
+  ctx = sections.Context.build(p, books, str(tmp_path / "out"),
+                               ("thesis", 5.0))
+  assert ctx.results.pairs(design.GRID, (4, 4))  # It ran...
+  assert sections.grid.shown_cells(ctx) == {}    # ...and is refused.
+  text = open(sections.write(ctx)).read()
+  assert "not shown: < 5 windows a worker" in text
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--items=7"], "--items accepts numbers from 1 to 6"),
-    (["--epochs=0"], "--epochs accepts a finite number > 0"),
+    (["--preset=nope"], "--preset"),
+    (["--sections=grid,bogus"], "--sections accepts"),
+    (["--report_only"], "holds no study"),
 ])
 def test_bad_flags_are_one_line(tmp_path, args, message):
   result = run_report(f"--study_dir={tmp_path}", *args, timeout=60)
   assert result.returncode == 2
-  assert result.stderr.strip().count("\n") == 0
+  assert "Traceback" not in result.stderr
+  assert result.stderr.strip().count("\n") == 0, result.stderr
   assert message in result.stderr
 
 
-def test_an_existing_study_needs_resume_and_the_same_budget(study):
-  study_dir, output_dir, _, _ = study
-  result = run_report(f"--study_dir={study_dir}", f"--output_dir={output_dir}",
-                      timeout=60)
-  assert result.returncode == 2 and "--resume" in result.stderr
-  result = run_report(f"--study_dir={study_dir}", f"--output_dir={output_dir}",
-                      "--resume", "--epochs=7", timeout=60)
-  assert result.returncode == 2 and "another --study_dir" in result.stderr
+@pytest.mark.slow
+def test_a_study_of_another_preset_is_refused(study):
+  study_dir, output_dir, _ = study
+  result = run_report("--preset=cpu", f"--study_dir={study_dir}",
+                      f"--output_dir={output_dir}", timeout=60)
+  assert result.returncode == 2
+  assert "holds a --preset=quick study" in result.stderr
   assert result.stderr.strip().count("\n") == 0
 
 
-def test_report_only_without_a_study_is_one_line(tmp_path):
-  result = run_report(f"--study_dir={tmp_path}", "--report_only", timeout=60)
-  assert result.returncode == 2
-  assert result.stderr.strip().startswith("report: error:")
-  assert "holds no study" in result.stderr
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_report_and_the_same_command_resumes(tmp_path):
+  study_dir = str(tmp_path / "study")
+  argv = [sys.executable, "-m", "experiments.report", "--preset=quick",
+          f"--study_dir={study_dir}", "--noprogress",
+          "--sections=downpour"]
+  process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+  first = os.path.join(study_dir, "downpour", "downpour-n2-l1-s0",
+                       "metrics.jsonl")
+  deadline = time.monotonic() + 60
+  while not os.path.exists(first) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  process.send_signal(signal.SIGINT)
+  _, err = process.communicate(timeout=60)
+  assert process.returncode == 130, err
+  assert err.strip().count("\n") == 0 and "run the same command" in err
+  assert os.path.isfile(os.path.join(study_dir, "results", "REPORT.md"))
+  result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 0, result.stderr
+  books = runner.Study(study_dir)
+  assert all(books.ledger[f"downpour/{r.name}"]["completed"]
+             for r in design.preset("quick").section_runs(design.DOWNPOUR))
+
+
+def test_the_readme_quotes_the_committed_report_s_verdicts():
+  from experiments.report import main
+  with open(REPO / "experiments" / "results" / "REPORT.md") as f:
+    table = main.claims_table(f.read())
+  with open(REPO / "README.md") as f:
+    readme = f.read()
+  quoted = readme[readme.index(main.CLAIMS_BEGIN) + len(main.CLAIMS_BEGIN):
+                  readme.index(main.CLAIMS_END)]
+  assert quoted.strip() == table.strip()
+  assert table.count("\n") >= 11  # Header, rule and the ten claims.

@@ -1,0 +1,289 @@
+"""The study as data: which runs each preset holds, with what settings and budget.
+
+A run is a `RunSpec`: a section, a strategy, a cell (n, λ), a seed, a budget
+in epochs and the flags it trains with (flagfiles first, later flags win).
+A `Preset` is the list of runs plus the axes its sections show. Nothing here
+runs anything; `runner` runs the specs and `results` reads them back.
+
+Example:
+  >>> p = preset("cpu")
+  >>> sorted({(r.num_workers, r.communication_window) for r in p.runs
+  ...         if r.section == GRID})
+  [(10, 10), (10, 40), (25, 25), (40, 10), (40, 40)]
+  >>> [r.name for r in p.runs if r.section == DOWNPOUR]
+  ['downpour-n10-l1-s0', 'downpour-n20-l1-s0']
+"""
+
+import functools
+import math
+import os
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+
+from experiments.report import thesis
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "configs")
+PRESETS = ("quick", "cpu", "paper")
+REFERENCE, BASELINE = "agn", "aeasgd"
+# Sections that own runs.
+GRID, DOWNPOUR, ABLATION, DILOCO = "grid", "downpour", "ablation", "diloco"
+# The ablation's variants at its cell: how commits are ordered, and α.
+ROUND_ROBIN, RANDOM, PROCESSES = "round_robin", "random", "processes"
+RANDOM_SPEEDS = "random:0.5"
+# AEASGD's α = ρη beside the thesis' 0.05 (η = 0.01): dist-keras' default
+# η = 0.1, so α = 0.5.
+ALPHA_VARIANT = 0.5
+# Each cell the report shows holds at least this many windows per worker
+# (the paper's grid had at least 11).
+MIN_WINDOWS = 5
+
+
+class RunSpec(NamedTuple):
+  """One training run of the study.
+
+  Attributes:
+    section: the section that owns it (`GRID`, `DOWNPOUR`, `ABLATION`,
+      `DILOCO`); its runs live in `<study_dir>/<section>/<name>`.
+    strategy: the strategy's registry name.
+    num_workers: n.
+    communication_window: λ.
+    seed: initialization, data order and speed draws.
+    epochs: epochs' worth of data, split over the n workers.
+    flags: the training flags, in order (`--flagfile`s first).
+    variant: what sets it apart within its section ("" for none), part of
+      its name.
+  """
+  section: str
+  strategy: str
+  num_workers: int
+  communication_window: int
+  seed: int
+  epochs: float
+  flags: Tuple[str, ...]
+  variant: str = ""
+
+  @property
+  def name(self) -> str:
+    return (f"{self.strategy}-n{self.num_workers}-l{self.communication_window}"
+            f"-s{self.seed}" + (f"-{self.variant}" if self.variant else ""))
+
+  @property
+  def cell(self) -> Tuple[int, int]:
+    return self.num_workers, self.communication_window
+
+  def path(self, study_dir: str) -> str:
+    return os.path.join(study_dir, self.section, self.name)
+
+  def argv(self) -> Tuple[str, ...]:
+    """Every flag of the run, as `python -m experiments.train` takes them."""
+    return self.flags + (f"--strategy={self.strategy}",
+                         f"--num_workers={self.num_workers}",
+                         f"--communication_window={self.communication_window}",
+                         f"--seed={self.seed}", f"--epochs={self.epochs:g}")
+
+
+class Preset(NamedTuple):
+  """A study: its runs and what its sections show.
+
+  Attributes:
+    name: `quick`, `cpu` or `paper`.
+    description: one line for the report and the cost.
+    runs: every run, in the order they run.
+    workers, windows: the grid's axes, as the heat maps show them.
+    seeds: seeds per grid cell.
+    train_examples: the dataset's training examples (for the cost).
+    ablation_cell: the (n, λ) of the ablation and DiLoCo runs.
+    layers: weight layers of the model, for λ ≈ (n + layers) / 2.
+    platform: the `--platform` its runs ask for (None: JAX's default).
+  """
+  name: str
+  description: str
+  runs: Tuple[RunSpec, ...]
+  workers: Tuple[int, ...]
+  windows: Tuple[int, ...]
+  seeds: int
+  train_examples: int
+  ablation_cell: Tuple[int, int]
+  layers: int
+  platform: Optional[str] = None
+
+  @property
+  def grid_cells(self) -> Tuple[Tuple[int, int], ...]:
+    seen = []
+    for r in self.runs:
+      if r.section == GRID and r.cell not in seen:
+        seen.append(r.cell)
+    return tuple(seen)
+
+  def section_runs(self, section: str) -> Tuple[RunSpec, ...]:
+    return tuple(r for r in self.runs if r.section == section)
+
+  def samples(self, run: RunSpec) -> float:
+    """Training samples of one run: epochs × training examples."""
+    return run.epochs * self.train_examples
+
+  def batch_size(self) -> int:
+    return int(_flag_value(self.runs[0].flags, "batch_size"))
+
+
+def flagfile(name: str) -> str:
+  """The flag that reads the shipped flagfile `name`."""
+  return "--flagfile=" + os.path.join(CONFIGS, name)
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(flags: Tuple[str, ...]):
+  from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
+  from experiments import flags as flags_lib  # pylint: disable=g-import-not-at-top
+  values = absl_flags.FlagValues()
+  flags_lib.define_train_flags(values)
+  values(["report", *flags])
+  return values
+
+
+def _flag_value(flags: Tuple[str, ...], name: str):
+  return _parsed(tuple(flags))[name].value
+
+
+def windows_per_worker(run: RunSpec, train_examples: int,
+                       batch_size: int) -> int:
+  """Whole windows in one worker's share of the run's data."""
+  from agn_jax.shares import windows_per_worker as count  # pylint: disable=g-import-not-at-top
+  return count(train_examples, run.num_workers, run.epochs,
+               run.communication_window, batch_size)
+
+
+def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
+                     cells: Sequence[Tuple[int, int]], seeds: int,
+                     epochs: float, downpour_workers: Sequence[int],
+                     downpour_epochs: float, ablation_cell: Tuple[int, int],
+                     ablation_epochs: float, workers: Sequence[int],
+                     windows: Sequence[int], train_examples: int, layers: int,
+                     platform: Optional[str] = None,
+                     grid_flags: Tuple[str, ...] = (),
+                     ablation_flags: Tuple[str, ...] = ()) -> Preset:
+  """A preset's runs: the grid, DOWNPOUR as the thesis ran it, the ablation and DiLoCo."""
+  runs = []
+  for seed in range(seeds):
+    for n, l in cells:
+      for strategy in (REFERENCE, BASELINE):
+        runs.append(RunSpec(GRID, strategy, n, l, seed, epochs,
+                            base + grid_flags))
+  # The thesis' DOWNPOUR: a commit after every mini-batch (λ = 1), 5 epochs'
+  # worth of data, batch 128 (thesis.DOWNPOUR); Adam 1e-3 is our inference:
+  # the thesis names no optimizer, and every other run of it used Adam.
+  downpour = base + (flagfile("report_downpour.flags"),)
+  for seed in range(seeds):
+    for n in downpour_workers:
+      runs.append(RunSpec(DOWNPOUR, "downpour", n,
+                          thesis.DOWNPOUR.runs[0].communication_window, seed,
+                          downpour_epochs, downpour + grid_flags))
+  # One cell at a reduced budget: the commit order (round robin, random
+  # speeds, real processes) for both strategies, and AEASGD's α.
+  n, l = ablation_cell
+  order = {ROUND_ROBIN: (), RANDOM: (f"--speed_model={RANDOM_SPEEDS}",),
+           PROCESSES: ("--backend=processes", "--cluster=none",
+                       "--speed_model=constant")}
+  for variant, extra in order.items():
+    for strategy in (REFERENCE, BASELINE):
+      runs.append(RunSpec(ABLATION, strategy, n, l, 0, ablation_epochs,
+                          base + ablation_flags + extra, variant))
+  alpha = f"alpha{ALPHA_VARIANT:g}"
+  runs.append(RunSpec(
+      ABLATION, BASELINE, n, l, 0, ablation_epochs,
+      base + ablation_flags + (
+          f"--elastic_learning_rate={ALPHA_VARIANT / 5:g}", "--rho=5"), alpha))
+  # DiLoCo's outer Nesterov step made fair for asynchrony: one commit is one
+  # worker's delta, not the mean of n, so the outer learning rate is ÷ n.
+  runs.append(RunSpec(
+      DILOCO, REFERENCE, n, l, 0, ablation_epochs,
+      base + ablation_flags + ("--server_optimizer=nesterov",
+                               f"--server_learning_rate={0.7 / n:g}",
+                               "--server_momentum=0.9"), "nesterov"))
+  # The headline cell first, then the cheap sections, then the rest of the
+  # grid: a study stopped early still has something in every section.
+  first = [r for r in runs if r.section == GRID and r.cell == cells[0]]
+  extras = [r for r in runs if r.section != GRID]
+  rest = [r for r in runs if r.section == GRID and r.cell != cells[0]]
+  return Preset(name, description, tuple(first + extras + rest),
+                tuple(workers), tuple(windows), seeds, train_examples,
+                ablation_cell, layers, platform)
+
+
+def preset(name: str) -> Preset:
+  """The preset's study.
+
+  * `paper`: the paper's experiment at its own scale: full MNIST, the paper
+    MLP, batch 128, 40 epochs a run, AGN against AEASGD over the whole 7 × 7
+    grid with 3 seeds, the simulator on the paper's cluster model, for one
+    GPU.
+  * `cpu`: what this 2-core CPU finishes in about 100 minutes: the same
+    settings at five cells of the grid, one seed.
+  * `quick`: a shrink on scikit-learn's digits for tests (seconds); it says
+    nothing about the paper.
+
+  Raises:
+    ValueError: for another name.
+  """
+  paper_base = (flagfile("report_paper.flags"),)
+  grid = thesis.WORKERS
+  if name == "paper":
+    cells = [(n, l) for n in grid for l in thesis.COMMUNICATION_WINDOWS]
+    return _grid_and_extras(
+        name, "the paper's whole 7 × 7 grid at its full budget, 3 seeds, on "
+        "one GPU", paper_base, cells, 3, 40.0, (10, 20), 5.0, (10, 10), 10.0,
+        grid, thesis.COMMUNICATION_WINDOWS, 60000, 4, platform="gpu",
+        grid_flags=("--platform=gpu",),
+        # Ten worker processes would share one GPU's memory: the ablation's
+        # cell runs on the CPU, real processes and simulator alike.
+        ablation_flags=("--platform=cpu",))
+  if name == "cpu":
+    return _grid_and_extras(
+        name, "five cells of the paper's grid at its full budget, one seed, "
+        "on this CPU", paper_base,
+        [(40, 40), (10, 10), (10, 40), (25, 25), (40, 10)], 1, 40.0,
+        (10, 20), 5.0, (10, 10), 10.0, grid, thesis.COMMUNICATION_WINDOWS,
+        60000, 4)
+  if name == "quick":
+    return _grid_and_extras(
+        name, "a shrink on scikit-learn's digits for tests; it says nothing "
+        "about the paper", (flagfile("report_quick.flags"),),
+        [(2, 2), (2, 4), (4, 4)], 1, 4.0, (2, 4), 1.0, (2, 2), 2.0, (2, 4),
+        (2, 4), 1438, 2)
+  raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")
+
+
+def heuristic_window(n: int, layers: int) -> float:
+  """λ ≈ (n + layers) / 2, the thesis' rule of thumb.
+
+  >>> heuristic_window(40, 4)
+  22.0
+  """
+  return (n + layers) / 2
+
+
+def mean_staleness_formula(n: int, windows: int) -> float:
+  """Mean staleness of commit-then-pull round robin: (n − 1)(1 − 1/(2W)).
+
+  Every worker's first commit sees k earlier commits of the first round
+  (k = 0 … n − 1, mean (n − 1)/2), every later one exactly n − 1; over W
+  commits per worker the mean is (n − 1)(1 − 1/(2W)).
+
+  >>> mean_staleness_formula(10, 5)
+  8.1
+  """
+  return (n - 1) * (1 - 1 / (2 * windows))
+
+
+def cost(p: Preset, seconds_per_sample: Optional[float]) -> Dict[str, float]:
+  """Runs, samples and the estimated seconds of the preset.
+
+  Args:
+    p: the preset.
+    seconds_per_sample: the measured rate on this device, or None (no
+      estimate).
+  """
+  samples = sum(p.samples(r) for r in p.runs)
+  return {"runs": len(p.runs), "samples": samples,
+          "seconds": (samples * seconds_per_sample
+                      if seconds_per_sample else math.nan)}

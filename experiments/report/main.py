@@ -1,0 +1,160 @@
+"""Flags and the program of `python -m experiments.report`.
+
+Runs the preset's pending runs (a study resumes by running the same command
+again), then writes REPORT.md and its plots from whatever runs have
+completed, so a partial study gives a partial report.
+"""
+
+import os
+import shlex
+import sys
+
+from absl import flags
+
+from experiments import compare
+from experiments import flags as flags_lib
+from experiments import sweep as sweep_lib
+from experiments.report import design
+from experiments.report import runner
+from experiments.report import sections
+
+FLAGS = flags.FLAGS
+PROGRAM = "report"
+RUN_SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO)
+# Seconds per training sample of the paper MLP on the simulated backend,
+# measured on this 2-core CPU (about 7.5 minutes a 2.4 M-sample run); the
+# estimate before a study has completed runs of its own.
+CPU_SECONDS_PER_SAMPLE = 450 / 2.4e6
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  flags.DEFINE_enum("preset", "cpu", list(design.PRESETS),
+                    "The study: cpu (this CPU, ~100 min), paper (the full "
+                    "grid, 3 seeds, one GPU) or quick (seconds, for tests).",
+                    flag_values=flag_values)
+  flags.DEFINE_string("study_dir", None, "Where the runs go (default: "
+                      "runs/report-<preset>). Running the same command again "
+                      "resumes the study.", flag_values=flag_values)
+  flags.DEFINE_string("output_dir", None, "Where REPORT.md and its plots go "
+                      "(default: experiments/results, or <study_dir>/results "
+                      "for --preset=quick).", flag_values=flag_values)
+  flags.DEFINE_string("paper_study_dir", os.path.join("runs", "report-paper"),
+                      "A --preset=paper study whose grid the report shows "
+                      "beside this one's, if it holds runs.",
+                      flag_values=flag_values)
+  flags.DEFINE_list("sections", list(RUN_SECTIONS), "Sections whose runs to "
+                    "run; the report always covers every section from the "
+                    "runs found.", flag_values=flag_values)
+  flags.DEFINE_bool("report_only", False, "Run nothing; rewrite REPORT.md "
+                    "from the runs found.", flag_values=flag_values)
+  flags.DEFINE_bool("progress", True, "Draw each run's progress bar.",
+                    flag_values=flag_values)
+  compare.define_efficiency_flags(flag_values)
+  flags.register_validator(
+      "sections", lambda v: bool(v) and set(v) <= set(RUN_SECTIONS),
+      message="--sections accepts " + ", ".join(RUN_SECTIONS)
+      + ", comma-separated", flag_values=flag_values)
+
+
+def main(argv):
+  del argv
+  from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
+  p = design.preset(FLAGS.preset)
+  study_dir = FLAGS.study_dir or os.path.join("runs", f"report-{p.name}")
+  output_dir = FLAGS.output_dir or (
+      os.path.join(study_dir, "results") if p.name == "quick" else
+      os.path.join("experiments", "results"))
+  if os.path.lexists(study_dir) and not os.path.isdir(study_dir):
+    flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} is a file",
+                              status=2)
+  try:
+    study = runner.Study(study_dir)
+  except flags_lib.UsageError as e:
+    flags_lib.exit_with_error(PROGRAM, e, status=2)
+  if study.preset not in (None, p.name):
+    flags_lib.exit_with_error(
+        PROGRAM, f"--study_dir={study_dir} holds a --preset={study.preset} "
+        f"study, not {p.name}; choose another --study_dir", status=2)
+  if FLAGS.report_only and study.preset is None:
+    flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} holds no "
+                              f"study ({runner.STUDY_FILE}); run one first",
+                              status=2)
+  command = shlex.join(["python", "-m", "experiments.report",
+                        f"--preset={p.name}"] + [
+                            a for a in sys.argv[1:]
+                            if not a.startswith(("--preset", "--report_only",
+                                                 "--sections", "--progress",
+                                                 "--noprogress"))])
+  failures = []
+  if not FLAGS.report_only:
+    study.data["preset"] = p.name
+    study.data.setdefault("command", command)
+    study.save()
+    rate = runner.seconds_per_sample(study) or (
+        CPU_SECONDS_PER_SAMPLE if p.platform in (None, "cpu") else None)
+    c = design.cost(p, rate)
+    pending = sum(not os.path.isdir(r.path(study_dir)) for r in p.runs)
+    print(f"{p.name}: {p.description}: {c['runs']} runs ({pending} not "
+          f"started), {c['samples'] / 1e6:.1f} M samples, estimated "
+          + (f"{c['seconds'] / 60:.0f} min" if c["seconds"] == c["seconds"]
+             else "time unknown until a run completes on this device")
+          + f" in all; study in {study_dir}")
+    try:
+      with train_lib.sigterm_as_interrupt():
+        failures = runner.run_all(p, study, set(FLAGS.sections),
+                                  show_progress=FLAGS.progress)
+    except KeyboardInterrupt as e:
+      terminated = train_lib.was_terminated(e)
+      _write(p, study, output_dir)
+      flags_lib.exit_with_error(
+          PROGRAM, f"{'terminated' if terminated else 'interrupted'}; the "
+          "report shows the runs so far; run the same command to continue",
+          status=143 if terminated else 130)
+  path = _write(p, study, output_dir)
+  print(f"report: {path}")
+  if failures:
+    flags_lib.exit_with_error(PROGRAM, f"{len(failures)} runs failed: "
+                              + "; ".join(failures))
+
+
+README = "README.md"
+CLAIMS_BEGIN = "<!-- report-claims: quoted from experiments/results/REPORT.md -->"
+CLAIMS_END = "<!-- /report-claims -->"
+
+
+def claims_table(report: str) -> str:
+  """The claims table of a REPORT.md's text."""
+  start = report.index("| claim |")
+  end = report.index("\n\n", start)
+  return report[start:end]
+
+
+def quote_in_readme(report_path: str, readme: str = README) -> bool:
+  """Copies the committed report's claims table into the README; whether it changed."""
+  with open(report_path) as f:
+    table = claims_table(f.read())
+  with open(readme) as f:
+    text = f.read()
+  start = text.index(CLAIMS_BEGIN) + len(CLAIMS_BEGIN)
+  end = text.index(CLAIMS_END)
+  new = text[:start] + "\n" + table + "\n" + text[end:]
+  if new != text:
+    sweep_lib.write_report(readme, new)
+  return new != text
+
+
+def _write(p, study, output_dir) -> str:
+  try:
+    path = sections.write(sections.Context.build(
+        p, study, output_dir, (FLAGS.efficiency_curve,
+                               FLAGS.efficiency_window),
+        FLAGS.paper_study_dir))
+    # The committed report's verdicts are quoted in the README.
+    if (p.name != "quick" and os.path.isfile(README) and
+        os.path.abspath(output_dir) == os.path.abspath(
+            os.path.join("experiments", "results"))):
+      quote_in_readme(path)
+    return path
+  except OSError as e:
+    flags_lib.exit_with_error(PROGRAM, f"--output_dir={output_dir}: cannot "
+                              f"write ({e.strerror or e})")

@@ -1,0 +1,170 @@
+"""Runs a preset's runs in this process, resuming where a study stopped.
+
+Every run trains through `experiments.train.train_and_report` into
+`<study_dir>/<section>/<name>`, exactly as `python -m experiments.train` with
+the run's flags would (`RunSpec.argv`). A completed run is kept; a run with a
+checkpoint resumes from it; a run that failed before its first checkpoint
+starts again. Once a run completes its checkpoints are deleted: only
+resuming needs them, and a simulated checkpoint holds all n workers' states.
+
+The study's books, `<study_dir>/study.json`, hold the preset, the command and
+the compute ledger: seconds, samples, machine and device of every run, summed
+over the sittings that ran it.
+"""
+
+import json
+import os
+import platform
+import shutil
+import time
+from typing import Callable, Dict, List, Optional
+
+from experiments import flags as flags_lib
+from experiments import sweep as sweep_lib
+from experiments.report import design
+
+STUDY_FILE = "study.json"
+
+
+class Study:
+  """The study directory's books: its preset, command and compute ledger."""
+
+  def __init__(self, study_dir: str):
+    self.dir = study_dir
+    self.path = os.path.join(study_dir, STUDY_FILE)
+    self.data = {"preset": None, "command": None, "ledger": {}}
+    if os.path.isfile(self.path):
+      try:
+        with open(self.path) as f:
+          data = json.load(f)
+        if not isinstance(data, dict) or not isinstance(
+            data.get("ledger", {}), dict):
+          raise ValueError("not a study's books")
+      except (OSError, ValueError) as e:
+        raise flags_lib.UsageError(
+            f"{self.path}: not readable ({' '.join(str(e).split())})") from None
+      self.data.update(data)
+
+  @property
+  def preset(self) -> Optional[str]:
+    return self.data.get("preset")
+
+  @property
+  def ledger(self) -> Dict[str, dict]:
+    return self.data["ledger"]
+
+  def record(self, run: design.RunSpec, seconds: float, samples: float,
+             where: Dict[str, str]) -> None:
+    """Adds a sitting's seconds to the run's entry of the ledger."""
+    entry = self.ledger.setdefault(f"{run.section}/{run.name}", {
+        "seconds": 0.0, "samples": samples, "sittings": 0})
+    entry["seconds"] += seconds
+    entry["sittings"] += 1
+    entry.update(where)
+    self.save()
+
+  def save(self) -> None:
+    os.makedirs(self.dir, exist_ok=True)
+    sweep_lib.write_report(self.path, json.dumps(self.data, indent=2) + "\n")
+
+
+def where() -> Dict[str, str]:
+  """This machine and JAX's default device, for the ledger."""
+  import jax  # pylint: disable=g-import-not-at-top
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  device = jax.devices()[0]
+  return {"machine": f"{os.cpu_count()} × {cpu}",
+          "device": f"{device.platform}: {device.device_kind}"}
+
+
+def seconds_per_sample(study: Study) -> Optional[float]:
+  """This study's measured rate over its completed runs, or None."""
+  entries = [e for e in study.ledger.values() if e.get("completed")]
+  samples = sum(e["samples"] for e in entries)
+  return sum(e["seconds"] for e in entries) / samples if samples else None
+
+
+def _config(run: design.RunSpec, path: str, resume: bool):
+  from agn_jax import build  # pylint: disable=g-import-not-at-top
+  values = design._parsed(run.argv())  # pylint: disable=protected-access
+  config = flags_lib.config_from_flags(values, workdir=path, resume=resume)
+  return build.check_strategy_settings(config)
+
+
+def _drop_checkpoints(path: str) -> None:
+  checkpoints = os.path.join(path, "checkpoints")
+  if os.path.isdir(checkpoints) and not os.path.islink(checkpoints):
+    shutil.rmtree(checkpoints, ignore_errors=True)
+
+
+def run_one(run: design.RunSpec, study: Study, p: design.Preset,
+            show_progress: bool = True) -> Optional[str]:
+  """Trains (or resumes) one run; returns why it failed, or None.
+
+  Raises:
+    KeyboardInterrupt: on Ctrl-C or SIGTERM, after the run has checkpointed.
+  """
+  from agn_jax import runtime  # pylint: disable=g-import-not-at-top
+  from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
+  path = run.path(study.dir)
+  action = sweep_lib.cell_action(path)
+  if action == "keep":
+    _drop_checkpoints(path)
+    return None
+  if action == "restart":
+    sweep_lib.move_aside(path)
+  start = time.monotonic()
+  failure = None
+  command = ["python", "-m", "experiments.train", *run.argv(),
+             f"--workdir={path}"]
+  try:
+    config = _config(run, path, resume=action == "resume")
+    os.makedirs(path, exist_ok=True)
+    train_lib.train_and_report(config, runtime.train, show_progress,
+                               command=command, plots=False)
+  except runtime.NothingToDo:
+    pass
+  except (runtime.RunError, ValueError, RuntimeError, OSError) as e:
+    failure = " ".join(str(e).split()) or type(e).__name__
+  finally:
+    entry = dict(where())
+    entry["completed"] = sweep_lib.completed(path)
+    study.record(run, time.monotonic() - start, p.samples(run), entry)
+  if sweep_lib.completed(path):
+    _drop_checkpoints(path)
+  elif failure is None:
+    summary = sweep_lib._read_summary(path) or {}  # pylint: disable=protected-access
+    failure = (f"ended {summary.get('outcome') or 'without completing'}"
+               + (f": {summary['failure']}" if summary.get("failure") else ""))
+  return failure
+
+
+def run_all(p: design.Preset, study: Study, sections: Optional[set] = None,
+            log: Callable[[str], None] = print,
+            show_progress: bool = True) -> List[str]:
+  """Runs every pending run of `sections` (default: all); returns the failures.
+
+  Raises:
+    KeyboardInterrupt: on Ctrl-C or SIGTERM; completed runs stay completed
+      and the interrupted one resumes from its checkpoint next time.
+  """
+  pending = [r for r in p.runs
+             if (sections is None or r.section in sections) and
+             not sweep_lib.completed(r.path(study.dir))]
+  failures = []
+  for index, run in enumerate(pending, 1):
+    log(f"[{index}/{len(pending)}] {run.section}/{run.name}: "
+        f"{run.epochs:g} epochs")
+    why = run_one(run, study, p, show_progress)
+    if why:
+      failures.append(f"{run.section}/{run.name}: {why}")
+      log(f"  failed: {why}")
+  return failures

@@ -1,0 +1,149 @@
+"""REPORT.md, one module per section; `write` puts them together.
+
+Each section module has `render(ctx) -> List[str]` (Markdown lines); the
+claims table opens the report, the compute ledger closes it.
+"""
+
+import os
+import time
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+from experiments import plots
+from experiments import sweep as sweep_lib
+from experiments.report import design
+from experiments.report import results as results_lib
+from experiments.report import runner
+
+
+class Context(NamedTuple):
+  """What every section reads.
+
+  Attributes:
+    preset: the study's preset.
+    study: its books (command, ledger).
+    results: its runs.
+    output_dir: where REPORT.md and the plots go.
+    efficiency: E train's curve and window (`--efficiency_curve`,
+      `--efficiency_window`).
+    paper: a `--preset=paper` study's runs, if one was found (else None).
+  """
+  preset: design.Preset
+  study: runner.Study
+  results: results_lib.Results
+  output_dir: str
+  efficiency: Tuple[str, float]
+  paper: Optional[results_lib.Results] = None
+
+  @classmethod
+  def build(cls, p: design.Preset, study: runner.Study, output_dir: str,
+            efficiency: Tuple[str, float],
+            paper_study_dir: Optional[str] = None) -> "Context":
+    paper = None
+    if (p.name != "paper" and paper_study_dir and
+        os.path.isfile(os.path.join(paper_study_dir, runner.STUDY_FILE))):
+      paper = results_lib.Results(design.preset("paper"), paper_study_dir)
+    return cls(p, study, results_lib.Results(p, study.dir), output_dir,
+               efficiency, paper)
+
+  @property
+  def command(self) -> str:
+    return self.study.data.get("command") or (
+        f"python -m experiments.report --preset={self.preset.name}")
+
+  def figure(self, name: str) -> str:
+    return os.path.join(self.output_dir, name)
+
+  def link(self, path: Optional[str], alt: str) -> List[str]:
+    if not path:
+      return []
+    return [f"![{alt}]({os.path.relpath(path, self.output_dir)})", ""]
+
+  def efficiency_of(self, a, b):
+    return results_lib.efficiency(a, b, *self.efficiency)
+
+
+def pyplot():
+  return plots.pyplot()
+
+
+def save(fig, path: str) -> str:
+  return plots.save(fig, path, dpi=100)
+
+
+def pct(value: Optional[float], digits: int = 2) -> str:
+  return "–" if value is None else f"{100 * value:.{digits}f} %"
+
+
+def num(value: Optional[float], spec: str = ".3f") -> str:
+  return "–" if value is None else format(value, spec)
+
+
+def estimate_text(e: results_lib.Estimate, scale: float = 1.0,
+                  spec: str = ".2f", unit: str = "") -> str:
+  """"mean ± half width unit" (no ± for one seed), or "–"."""
+  if e.mean is None:
+    return "–"
+  text = format(scale * e.mean, spec)
+  if e.half_width is not None:
+    text += " ± " + format(scale * e.half_width, spec)
+  return text + unit
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+  return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+          ["| " + " | ".join(r) + " |" for r in rows] + [""])
+
+
+def duration(seconds: float) -> str:
+  return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def runs_line(ctx: Context, specs: Sequence[design.RunSpec]) -> List[str]:
+  """The command of one of the section's runs, and how many completed."""
+  if not specs:
+    return []
+  done = sum(ctx.results.get(s) is not None for s in specs)
+  spec = specs[0]
+  return [f"- **Runs:** {done} of {len(specs)} completed. One by hand: "
+          f"`{' '.join(['python -m experiments.train', *_relative(spec.argv())])}"
+          f" --workdir={spec.path(ctx.study.dir)}`.", ""]
+
+
+def _relative(argv: Sequence[str]) -> List[str]:
+  out = []
+  for a in argv:
+    if a.startswith("--flagfile="):
+      a = "--flagfile=" + os.path.relpath(a.split("=", 1)[1])
+    out.append(a)
+  return out
+
+
+def write(ctx: Context) -> str:
+  """Writes REPORT.md and its plots into `ctx.output_dir`; returns its path."""
+  # pylint: disable=g-import-not-at-top
+  from experiments.report import claims
+  from experiments.report.sections import ablation
+  from experiments.report.sections import diloco
+  from experiments.report.sections import downpour
+  from experiments.report.sections import grid
+  from experiments.report.sections import heuristic
+  from experiments.report.sections import ledger
+  from experiments.report.sections import paper
+  from experiments.report.sections import staleness
+  # pylint: enable=g-import-not-at-top
+  os.makedirs(ctx.output_dir, exist_ok=True)
+  p = ctx.preset
+  lines = ["# Reproducing *Accumulated Gradient Normalization* "
+           "(Hermans et al., ACML 2017)", ""]
+  lines += [f"Written by `{ctx.command}` on {time.strftime('%Y-%m-%d')} from "
+            f"the runs in `{ctx.study.dir}`: preset **{p.name}**, "
+            f"{p.description}."
+            + (" **This is the test's shrink; it says nothing about the "
+               "paper.**" if p.name == "quick" else ""), ""]
+  lines += claims.render(ctx)
+  for section in (grid, paper, ablation, staleness, downpour, heuristic,
+                  diloco, ledger):
+    lines += section.render(ctx)
+  path = os.path.join(ctx.output_dir, "REPORT.md")
+  sweep_lib.write_report(path, "\n".join(lines))
+  return path

@@ -1,0 +1,216 @@
+"""The grid: AGN against AEASGD cell by cell, beside the thesis' own table."""
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from experiments import curves
+from experiments import plots
+from experiments.report import design
+from experiments.report import results as results_lib
+from experiments.report import thesis
+from experiments.report.sections import (Context, duration, estimate_text,
+                                         num, pct, pyplot, runs_line, save,
+                                         table)
+
+Cell = Tuple[int, int]
+
+
+def cell_summary(ctx: Context, cell: Cell,
+                 results: Optional[results_lib.Results] = None
+                 ) -> Optional[Dict[str, object]]:
+  """Our figures of one grid cell over seeds, or None if no seed has both runs.
+
+  Returns:
+    {"windows": per worker, "agn"/"aeasgd": {"test", "train", "seconds"}
+    estimates, "e_train"/"e_test": estimates of E(AGN, AEASGD), "seeds"}.
+  """
+  results = results or ctx.results
+  pairs = results.pairs(design.GRID, cell)
+  if not pairs:
+    return None
+  out = {"windows": min(min(a.windows, b.windows) for a, b in pairs),
+         "seeds": len(pairs)}
+  for i, name in enumerate((design.REFERENCE, design.BASELINE)):
+    runs = [pair[i] for pair in pairs]
+    out[name] = {
+        "test": results_lib.estimate([r.test_accuracy for r in runs]),
+        "train": results_lib.estimate([r.train_accuracy for r in runs]),
+        "seconds": results_lib.estimate([r.seconds for r in runs])}
+  es = [ctx.efficiency_of(a, b) for a, b in pairs]
+  out["e_train"] = results_lib.estimate([e["train"] for e in es])
+  out["e_test"] = results_lib.estimate([e["test"] for e in es])
+  return out
+
+
+def shown_cells(ctx: Context, results: Optional[results_lib.Results] = None
+                ) -> Dict[Cell, Dict[str, object]]:
+  """The cells with results and at least `design.MIN_WINDOWS` windows a worker."""
+  results = results or ctx.results
+  out = {}
+  for cell in results.preset.grid_cells:
+    summary = cell_summary(ctx, cell, results)
+    if summary is not None and summary["windows"] >= design.MIN_WINDOWS:
+      out[cell] = summary
+  return out
+
+
+def _beside(ours: results_lib.Estimate, theirs: Optional[float],
+            scale: float = 100.0, spec: str = ".2f") -> str:
+  text = estimate_text(ours, scale, spec)
+  if theirs is not None:
+    text += f" ({format(scale * theirs, spec)})"
+  return text
+
+
+def _heatmaps(ctx: Context, cells: Dict[Cell, Dict[str, object]]
+              ) -> Optional[str]:
+  """Ours − the thesis', on the thesis' 7 × 7 axes."""
+  p = ctx.preset
+  panels = (
+      ("AGN test accuracy, ours − thesis (points)",
+       lambda s, t: 100 * (s["agn"]["test"].mean - t.agn_test_accuracy)),
+      ("AEASGD test accuracy, ours − thesis (points)",
+       lambda s, t: 100 * (s["aeasgd"]["test"].mean - t.aeasgd_test_accuracy)),
+      ("E train, ours − thesis",
+       lambda s, t: (None if s["e_train"].mean is None or t.efficiency is None
+                     else s["e_train"].mean - t.efficiency)),
+      ("AGN time, ours / thesis",
+       lambda s, t: (None if s["agn"]["seconds"].mean is None else
+                     s["agn"]["seconds"].mean / t.agn_seconds)))
+  if not cells or p.name == "quick":
+    return None
+  plt = pyplot()
+  fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
+  for ax, (title, value) in zip(axes, panels):
+    grid = np.full((len(p.workers), len(p.windows)), np.nan)
+    for (n, l), s in cells.items():
+      t = thesis.cell(n, l)
+      v = value(s, t) if t is not None else None
+      if v is not None and n in p.workers and l in p.windows:
+        grid[p.workers.index(n), p.windows.index(l)] = v
+    center = 1.0 if "/" in title else 0.0
+    spread = (np.nanmax(np.abs(grid - center)) if np.any(np.isfinite(grid))
+              else 1.0) or 1e-3
+    image = ax.imshow(grid, cmap="RdBu", origin="lower", aspect="auto",
+                      vmin=center - spread, vmax=center + spread)
+    for i in range(len(p.workers)):
+      for j in range(len(p.windows)):
+        if np.isfinite(grid[i, j]):
+          ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center",
+                  fontsize=7)
+    ax.set_xticks(range(len(p.windows)), [str(l) for l in p.windows])
+    ax.set_yticks(range(len(p.workers)), [str(n) for n in p.workers])
+    ax.set_xlabel("communication window λ")
+    ax.set_ylabel("workers n")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax, shrink=0.8)
+  fig.suptitle("Ours against the thesis' table (blank: not run)")
+  fig.tight_layout()
+  return save(fig, ctx.figure("grid-vs-thesis.png"))
+
+
+def _curves(ctx: Context, cells: Dict[Cell, Dict[str, object]]
+            ) -> Optional[str]:
+  """Test accuracy over time at a fixed n and at a fixed λ."""
+  if not cells:
+    return None
+  by_n, by_l = {}, {}
+  for n, l in cells:
+    by_n.setdefault(n, []).append(l)
+    by_l.setdefault(l, []).append(n)
+  n = max(by_n, key=lambda k: (len(by_n[k]), k))
+  l = max(by_l, key=lambda k: (len(by_l[k]), k))
+  plt = pyplot()
+  fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+  panels = ((axes[0], f"n = {n}", [(n, w) for w in sorted(by_n[n])]),
+            (axes[1], f"λ = {l}", [(m, l) for m in sorted(by_l[l])]))
+  base = "training"
+  for ax, title, panel_cells in panels:
+    for i, cell in enumerate(panel_cells):
+      for strategy, style in ((design.REFERENCE, "-"),
+                              (design.BASELINE, "--")):
+        runs = ctx.results.seeds(design.GRID, strategy, cell)
+        if not runs:
+          continue
+        base = runs[0].time_base
+        ax.plot(*curves.eval_curve(runs[0].run, base), style, color=f"C{i}",
+                label=f"{strategy} n={cell[0]} λ={cell[1]}")
+    ax.set_title(f"Learning curves at {title} (seed 0)")
+    ax.set_xlabel(plots.time_label(base))
+    ax.set_ylabel("center's test accuracy")
+    if ctx.preset.name != "quick":
+      ax.set_ylim(0.8, 1.0)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  return save(fig, ctx.figure("grid-curves.png"))
+
+
+def render(ctx: Context) -> List[str]:
+  p = ctx.preset
+  specs = p.section_runs(design.GRID)
+  lines = ["## The grid: AGN against AEASGD, beside the thesis", ""]
+  lines += runs_line(ctx, specs)
+  if specs:
+    run = specs[0]
+    steps = run.epochs * p.train_examples / p.batch_size()
+    lines += [f"- **Budget:** {run.epochs:g} epochs of {p.train_examples:,} "
+              f"training examples, batch {p.batch_size()}: {steps:,.0f} local "
+              "steps a run, split over the n workers, for both strategies in "
+              f"every cell ({p.seeds} seed{'s' if p.seeds > 1 else ''}). The "
+              "thesis' runs had the same budget.", ""]
+  cells = shown_cells(ctx)
+  rows = []
+  for cell in p.grid_cells:
+    n, l = cell
+    t = thesis.cell(n, l)
+    s = cell_summary(ctx, cell)
+    if s is None:
+      rows.append([str(n), str(l), "–"] + [
+          ctx.results.status(ctx.results.find(design.GRID, design.REFERENCE,
+                                              cell)[0])] + ["–"] * 8)
+      continue
+    if s["windows"] < design.MIN_WINDOWS:
+      rows.append([str(n), str(l), f"{s['windows']:.0f}",
+                   f"not shown: < {design.MIN_WINDOWS} windows a worker"]
+                  + ["–"] * 8)
+      continue
+    row = [str(n), str(l), f"{s['windows']:.0f}"]
+    for name in (design.REFERENCE, design.BASELINE):
+      row += [_beside(s[name]["seconds"], t and getattr(t, f"{name}_seconds"),
+                      1.0, ".0f"),
+              _beside(s[name]["train"], t and getattr(
+                  t, f"{name}_train_accuracy")),
+              _beside(s[name]["test"], t and getattr(
+                  t, f"{name}_test_accuracy"))]
+    row += [_beside(s["e_train"], t and t.efficiency, 1.0, ".3f"),
+            estimate_text(s["e_test"], 1.0, ".3f")]
+    rows.append(row)
+  lines += ["Each figure is ours, the thesis' in brackets "
+            "(`table:agn_experiments_summary` and "
+            "`table:agn_temporal_efficiency` of its AGN chapter). Times are "
+            "modeled seconds of the thesis' cluster (`--cluster=paper`, "
+            "fitted to four of its AGN times: n = λ = 10, 20, 40 and "
+            "n = 10, λ = 40); training accuracy is the workers' last "
+            "mini-batch, averaged over workers, as the thesis' \"Acc.\"; test "
+            "accuracy is the center's on the 10,000 test images, its "
+            "\"Val.\". E train is E(AGN, AEASGD) on "
+            f"`--efficiency_curve={ctx.efficiency[0]}`, E test on the "
+            "center's test accuracy (the thesis has no such column).", ""]
+  lines += table(["n", "λ", "windows/worker", "AGN s", "AGN train %",
+                  "AGN test %", "AEASGD s", "AEASGD train %", "AEASGD test %",
+                  "E train", "E test"], rows)
+  if cells:
+    diffs = [100 * (s[name]["test"].mean - getattr(
+        thesis.cell(*c), f"{name}_test_accuracy"))
+             for c, s in cells.items() if thesis.cell(*c)
+             for name in (design.REFERENCE, design.BASELINE)]
+    if diffs:
+      lines += [f"Over the {len(cells)} cells shown, our test accuracy minus "
+                f"the thesis' is {np.mean(diffs):+.2f} points on average "
+                f"(from {min(diffs):+.2f} to {max(diffs):+.2f}).", ""]
+  lines += ctx.link(_heatmaps(ctx, cells), "ours against the thesis")
+  lines += ctx.link(_curves(ctx, cells), "learning curves")
+  seconds = ctx.results.ledger_seconds(ctx.study.ledger, design.GRID)
+  lines += [f"Compute: {duration(seconds)} here.", ""]
+  return lines
