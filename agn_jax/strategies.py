@@ -1,11 +1,13 @@
 """Every algorithm of the paper as a `Strategy`: worker transformation, server rule, commit/pull half-steps.
 
 Pure and jittable; nothing here knows about processes. Every backend looks a
-strategy up by name in the registry and only calls its half-steps
+strategy up by name (in the registry, or a `"package.module:function"`
+written outside this package: `check_name`) and only calls its half-steps
 (`Strategy.worker_commit`, `server_apply`, `worker_receive`).
 """
 
 import dataclasses
+import importlib
 import inspect
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
@@ -397,9 +399,13 @@ _PAPER_DEFAULTS: Dict[str, Dict[str, Any]] = {}
 def register(name: str, paper_defaults: Optional[Mapping[str, Any]] = None):
   """Decorator that adds a strategy factory to the registry under `name`.
 
+  The registry holds this package's strategies. A strategy written
+  elsewhere needs no registration (a registration would not reach the
+  run's other processes): `check_name` says how it is named.
+
   Args:
     name: the registry name.
-    paper_defaults: the `TrainConfig` settings PAPER.md gives this strategy
+    paper_defaults: the `TrainConfig` settings the paper gives this strategy
       (`worker_optimizer`, `learning_rate`, `momentum`, `rho`,
       `elastic_learning_rate`, `normalization`, as they apply); what
       `paper_defaults(name)` returns.
@@ -418,21 +424,55 @@ def available() -> Tuple[str, ...]:
   return tuple(_REGISTRY)
 
 
-def _check_name(name: str) -> None:
-  if name not in _REGISTRY:
-    raise ValueError(
-        f"unknown strategy {name!r}; available: {', '.join(_REGISTRY)}")
+def check_name(name: str) -> None:
+  """Raises `ValueError` (one line) unless `name` names a strategy: a registered one, or one written outside this package.
+
+  A strategy outside this package is named by where its factory lives,
+  `"package.module:function"`, as an entry point names a function. Each
+  process of a run (a spawned worker, a Ray actor) imports it from there
+  when it first needs it, so the module must be importable wherever the
+  run runs. The paper gives such a strategy no defaults: `paper_defaults`
+  is empty, and the config says what its factory's arguments are.
+
+  Example:
+    >>> from agn_jax import get_strategy
+    >>> check_name("agn_jax.strategies:downpour_strategy")
+    >>> get_strategy("agn_jax.strategies:downpour_strategy",
+    ...              communication_window=2).name
+    'downpour'
+    >>> check_name("sgdx")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown strategy 'sgdx'; available: agn, downpour, dynsgd, adag, aeasgd, eamsgd, or package.module:function
+  """
+  _factory(name)
+
+
+def _factory(name: str) -> Callable[..., Strategy]:
+  if name in _REGISTRY:
+    return _REGISTRY[name]
+  module, sep, function = name.partition(":")
+  if sep and module and function:
+    try:
+      factory = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as e:
+      raise ValueError(f"strategy {name!r} cannot be imported: {e}") from None
+    if callable(factory):
+      return factory
+  raise ValueError(f"unknown strategy {name!r}; available: "
+                   f"{', '.join(_REGISTRY)}, or package.module:function")
 
 
 def paper_defaults(name: str) -> Dict[str, Any]:
-  """The settings PAPER.md gives strategy `name`, as `TrainConfig` field values.
+  """The settings the paper gives strategy `name`, as `TrainConfig` field values.
 
   A `TrainConfig` field left at None takes its value from here (see
   `TrainConfig.resolved`); a field a strategy has no paper value for is
   absent.
 
   Args:
-    name: one of `available()`.
+    name: one of `available()`, or a strategy outside this package
+      (`check_name`), which has none.
 
   Returns:
     A new dict, e.g. `{"worker_optimizer": "adam", "learning_rate": 1e-3,
@@ -449,8 +489,8 @@ def paper_defaults(name: str) -> Dict[str, Any]:
     >>> d["rho"] * d["elastic_learning_rate"]  # α
     0.05
   """
-  _check_name(name)
-  return dict(_PAPER_DEFAULTS[name])
+  check_name(name)
+  return dict(_PAPER_DEFAULTS.get(name, {}))
 
 
 def parameters(name: str) -> Tuple[str, ...]:
@@ -464,18 +504,19 @@ def parameters(name: str) -> Tuple[str, ...]:
     >>> "rho" in parameters("aeasgd"), "rho" in parameters("agn")
     (True, False)
   """
-  _check_name(name)
-  return tuple(inspect.signature(_REGISTRY[name]).parameters)
+  return tuple(inspect.signature(_factory(name)).parameters)
 
 
 def get_strategy(name: str, **kwargs) -> Strategy:
-  """Builds the strategy registered under `name`.
+  """Builds the strategy `name` names.
 
   Args:
-    name: one of `available()`: agn, downpour, aeasgd, eamsgd, dynsgd, adag.
+    name: one of `available()`: agn, downpour, aeasgd, eamsgd, dynsgd, adag;
+      or a strategy outside this package, `"package.module:function"`
+      (`check_name`).
     **kwargs: the factory's arguments (`parameters(name)`), e.g.
       `communication_window`, `inner` (the local optimizer; each strategy has
-      PAPER.md's default; eamsgd's is always Nesterov), `learning_rate`
+      the paper's default; eamsgd's is always Nesterov), `learning_rate`
       (the local optimizer's), `rho` and `elastic_learning_rate` (aeasgd,
       eamsgd: `α = ρη`), `momentum` (eamsgd), `normalization` (agn, adag),
       `server_optimizer` (an optax transformation or None).
@@ -486,7 +527,8 @@ def get_strategy(name: str, **kwargs) -> Strategy:
   Raises:
     ValueError: for an unknown name or a bad argument value.
     TypeError: for an argument the strategy does not take (a misspelled
-      `comunication_window=` is an error, not a silent default).
+      `comunication_window=` is an error, not a silent default), or a
+      factory that returns no `Strategy`.
 
   Example:
     >>> from agn_jax import get_strategy
@@ -494,7 +536,6 @@ def get_strategy(name: str, **kwargs) -> Strategy:
     >>> s.pull_before_commit, s.payload
     (False, ('delta',))
   """
-  _check_name(name)
   accepted = parameters(name)
   unknown = [key for key in kwargs if key not in accepted]
   if unknown:
@@ -502,7 +543,11 @@ def get_strategy(name: str, **kwargs) -> Strategy:
         f"strategy {name!r} takes no argument "
         f"{', '.join(repr(k) for k in unknown)}; it takes "
         f"{', '.join(accepted)}")
-  return _REGISTRY[name](**kwargs)
+  strategy = _factory(name)(**kwargs)
+  if not isinstance(strategy, Strategy):
+    raise TypeError(f"strategy {name!r}: its factory returned a "
+                    f"{type(strategy).__name__}, not a Strategy")
+  return strategy
 
 
 def _check_positive(**values):
@@ -658,7 +703,7 @@ def eamsgd_strategy(communication_window: int = 10,
   the force still acts on `x`.
 
   Where the defaults come from: Nesterov momentum with δ = 0.9 is
-  dist-keras' EAMSGD default (`momentum=0.9`) and PAPER.md's. Zhang et al.
+  dist-keras' EAMSGD default (`momentum=0.9`). Zhang et al.
   use one η for the local steps and for `α = ηρ`; both are 0.01 here, the
   default `learning_rate` of dist-keras' EAMSGD worker (its trainer's is
   0.1) and the η of the thesis' AEASGD grid, so α = 0.05 as AEASGD's;

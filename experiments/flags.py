@@ -23,6 +23,7 @@ from agn_jax import models
 from agn_jax import strategies
 from agn_jax import transform
 from agn_jax.runtime import backend as backend_lib
+from agn_jax.runtime import metric_writers
 from agn_jax.runtime import placement
 
 
@@ -49,6 +50,14 @@ def _unit_interval(value) -> bool:
 
 def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
   return lambda value: value is None or check(value)
+
+
+def _is_strategy(name: str) -> bool:
+  try:
+    strategies.check_name(name)
+  except ValueError:
+    return False
+  return True
 
 
 def _is_int(text: str) -> bool:
@@ -124,8 +133,13 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
     _validate(name, check, accepts, flag_values)
 
   paper_default = "default: the strategy's paper default"
-  enum("strategy", d.strategy, list(strategies.available()),
-       "Training strategy: AGN or one of the baselines.")
+  if "strategy" not in skip:
+    flags.DEFINE_string(
+        "strategy", d.strategy, "Training strategy: one of "
+        f"{', '.join(strategies.available())}, or a factory written outside "
+        "this package, as package.module:function.", flag_values=flag_values)
+    _validate("strategy", _is_strategy, ", ".join(strategies.available())
+              + " or package.module:function", flag_values)
   integer("num_workers", d.num_workers, "Number of worker processes n.",
           _positive, "an integer >= 1")
   integer("communication_window", d.communication_window,
@@ -307,6 +321,37 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
                         "part of) or a cluster address host:port.",
                         flag_values=flag_values)
   boolean("resume", d.resume, "Continue the run found in --workdir.")
+  if "metric_writers" not in skip:
+    flags.DEFINE_string(
+        "metric_writers", d.metric_writers,
+        "Where the rows of metrics.jsonl also go, comma-separated: jsonl "
+        "(always on) and tensorboard (event files in the workdir, for "
+        "`tensorboard --logdir`; needs pip install 'agn-jax[tensorboard]').",
+        flag_values=flag_values)
+
+    def metric_writers_ok(text):
+      try:
+        metric_writers.parse(text)
+      except ValueError as e:
+        raise flags.ValidationError(str(e).split(": ", 1)[-1])
+      return True
+
+    flags.register_validator("metric_writers", metric_writers_ok,
+                             flag_values=flag_values)
+  if "config" not in skip:
+    flags.DEFINE_string(
+        "config", None,
+        "A named configuration shipped with agn-jax, read as if its flagfile "
+        f"were given with --flagfile at this place: {', '.join(available_configs())}; "
+        "or a flagfile's path. Flags after it override it.",
+        flag_values=flag_values)
+    # The command line's --config is read as a --flagfile before parsing
+    # (`expand_configs`); a value left for the flag came from inside a file.
+    flags.register_validator(
+        "config", lambda value: value is None,
+        message="--config names a configuration on the command line only; "
+        "inside a flagfile, include another with --flagfile=PATH",
+        flag_values=flag_values)
 
 
 def parse_flags_or_exit(argv: List[str],
@@ -329,22 +374,106 @@ def parse_flags_or_exit(argv: List[str],
     The remaining positional arguments, program name first.
   """
   program = os.path.splitext(os.path.basename(argv[0]))[0] if argv else ""
+  if program == "__main__":  # `python -m PACKAGE` runs PACKAGE/__main__.py.
+    program = os.path.basename(os.path.dirname(argv[0]))
   # absl shows INFO; JAX's own INFO lines (e.g. "Unable to initialize backend
   # 'tpu'" on every machine without one) would precede a one-line error.
   std_logging.getLogger("jax").setLevel(std_logging.WARNING)
+  given = argv  # As typed, for the errors.
   try:
+    if "config" in flag_values:
+      argv = argv[:1] + expand_configs(argv[1:])
     check_flagfile_cycles(argv[1:])
   except UsageError as e:
     exit_with_error(program or "error", e, status=2)
   try:
     remaining = flag_values(argv)
   except flags.Error as e:
-    exit_with_error(program or "error", one_line_error(str(e), argv), status=2)
+    exit_with_error(program or "error", one_line_error(str(e), given),
+                    status=2)
   if not allow_positional and len(remaining) > 1:
     exit_with_error(program, "unexpected arguments "
                     f"{' '.join(remaining[1:])!r}; every option is a --flag",
                     status=2)
   return remaining
+
+
+# The named configurations shipped with agn-jax (package data): `--config=NAME`
+# reads CONFIGS_DIR/NAME.flags.
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "configs")
+
+
+def available_configs() -> List[str]:
+  """The names `--config` accepts: the shipped flagfiles, sorted.
+
+  Example:
+    >>> "quickstart" in available_configs()
+    True
+  """
+  try:
+    names = os.listdir(CONFIGS_DIR)
+  except OSError:
+    return []
+  return sorted(n[:-len(".flags")] for n in names if n.endswith(".flags"))
+
+
+def shipped_config(name: str) -> Optional[str]:
+  """The path of the shipped configuration `name` (with or without `.flags`), or None.
+
+  Example:
+    >>> os.path.basename(shipped_config("quickstart"))
+    'quickstart.flags'
+    >>> shipped_config("experiments/configs/quickstart.flags") is None
+    True
+  """
+  name = name[:-len(".flags")] if name.endswith(".flags") else name
+  if name in available_configs():
+    return os.path.join(CONFIGS_DIR, name + ".flags")
+  return None
+
+
+def config_flagfile(name: str) -> str:
+  """The flagfile `--config=name` reads: the shipped one of that name, else `name` as a path.
+
+  Raises:
+    UsageError: `name` is neither, naming the shipped configurations.
+  """
+  path = shipped_config(name)
+  if path is not None:
+    return path
+  if os.path.isfile(os.path.expanduser(name)):
+    return os.path.expanduser(name)
+  raise UsageError(f"--config={name}: no such configuration; the shipped "
+                   f"ones are {', '.join(available_configs())} (or give a "
+                   "flagfile's path)")
+
+
+def expand_configs(args: Sequence[str]) -> List[str]:
+  """`args` with each `--config=NAME` (or `--config NAME`) replaced by `--flagfile=PATH`, in place.
+
+  A flag after it overrides it, as after a --flagfile.
+
+  Raises:
+    UsageError: an unknown configuration (`config_flagfile`).
+
+  Example:
+    >>> out = expand_configs(["--config=quickstart", "--epochs=1"])
+    >>> out[0].endswith("configs/quickstart.flags"), out[1]
+    (True, '--epochs=1')
+  """
+  out, rest = [], list(args)
+  while rest:
+    arg = rest.pop(0)
+    if arg == "--":
+      return out + [arg] + rest
+    if arg in ("--config", "-config") and rest:
+      out.append("--flagfile=" + config_flagfile(rest.pop(0)))
+    elif arg.startswith(("--config=", "-config=")):
+      out.append("--flagfile=" + config_flagfile(arg.split("=", 1)[1]))
+    else:
+      out.append(arg)
+  return out
 
 
 def _flagfile_arguments(args: Sequence[str]) -> List[str]:
@@ -424,7 +553,8 @@ def one_line_error(message: str, argv: Sequence[str]) -> str:
     message += f"; --{match.group(1)} accepts {_ACCEPTS[match.group(1)]}"
   if message.startswith("Unknown command line flag"):
     message = "unknown flag" + message[len("Unknown command line flag"):]
-    flagfiles = [a for a in argv if a.startswith(("--flagfile", "-flagfile"))]
+    flagfiles = [a for a in argv if a.startswith(
+        ("--flagfile", "-flagfile", "--config", "-config"))]
     if flagfiles:
       message += f" (on the command line or in {', '.join(flagfiles)})"
   return message

@@ -103,7 +103,7 @@ def main():
     import ray
     ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
              log_to_driver=False, configure_logging=False)
-    from agn_jax.runtime.ray_backend import RayTransport
+    from agn_jax.runtime.ray_transport import RayTransport
     ray_transport = RayTransport.create(args.num_params, 1, 1, 2)
     ray_server = ray.remote(RayServer).options(num_cpus=0).remote()
     ray_done = ray_server.serve.remote(ray_transport, args.reps + 1)

@@ -25,7 +25,8 @@ import ray
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import placement, train
 from agn_jax.runtime.events import WorkerDone
-from agn_jax.runtime.ray_backend import RayTransport, check_address
+from agn_jax.runtime.ray_backend import check_address
+from agn_jax.runtime.ray_transport import RayTransport
 from agn_jax.runtime.transport import CommitMeta
 from helpers import (assert_one_line_error, metrics_rows, run_cli,
                      train_with_two_failures)

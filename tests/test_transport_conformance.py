@@ -120,7 +120,7 @@ def _inprocess_kit(cleanup):
 
 def _ray_kit(cleanup):
   import ray  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import ray_backend  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime import ray_transport  # pylint: disable=g-import-not-at-top
   # tests/ is no package: Ray ships this module's functions by value.
   ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -130,34 +130,34 @@ def _ray_kit(cleanup):
     return handle
 
   def transport(num_params, payload_size, num_workers, capacity):
-    t = ray_backend.RayTransport.create(num_params, payload_size, num_workers,
+    t = ray_transport.RayTransport.create(num_params, payload_size, num_workers,
                                         capacity, num_cpus=0)
     cleanup.append(t.close)
     return t
 
   def switches():
-    return ray_backend.RaySwitches(transport(1, 1, 1, 1).hub)
+    return ray_transport.RaySwitches(transport(1, 1, 1, 1).hub)
 
   def events():
-    mailbox, taken = actor(ray_backend._Mailbox), []  # pylint: disable=protected-access
+    mailbox, taken = actor(ray_transport.Mailbox), []
 
     def take():
       got = _until(lambda: ray.get(mailbox.take.remote(len(taken))) or None)
       taken.append(got[0])
       return got[0]
 
-    return ray_backend.RayEvents(mailbox), take
+    return ray_transport.RayEvents(mailbox), take
 
   def replies():
-    mailbox = actor(ray_backend._Mailbox)  # pylint: disable=protected-access
-    return ray_backend.RayReplies(mailbox), mailbox.reply.remote
+    mailbox = actor(ray_transport.Mailbox)
+    return ray_transport.RayReplies(mailbox), mailbox.reply.remote
 
   def elsewhere(fn, *args):
     ref = ray.remote(fn).options(num_cpus=0).remote(*args)
     return lambda: ray.get(ref, timeout=60)
 
   return Kit(transport, switches, events, replies,
-             lambda arrays: ray_backend.StoredDataset(ray.put(arrays)),
+             lambda arrays: ray_transport.StoredDataset(ray.put(arrays)),
              elsewhere)
 
 

@@ -23,7 +23,10 @@ import numpy as np
 from agn_jax.config import TrainConfig
 from agn_jax.errors import RunError, Terminated
 from agn_jax.runtime import _child
+from agn_jax.runtime import evaluator
 from agn_jax.runtime import events as ev
+from agn_jax.runtime import server
+from agn_jax.runtime import worker
 from agn_jax.runtime.bookkeeping import write_json
 
 # name -> "module:Class", imported on first use (Ray is an optional install).
@@ -172,6 +175,84 @@ def worker_of(role: str) -> Optional[int]:
     (3, None)
   """
   return int(role.split()[1]) if role.startswith("worker ") else None
+
+
+def run_part(ctx, role: str, replies=None, resume: bool = False,
+             incarnation: int = 0, entered: Optional[float] = None) -> bool:
+  """Runs a part's loop in this process, whatever holds it: a spawned process, a Ray actor or a thread.
+
+  Args:
+    ctx: the run's `_child.RunContext`, with the part's own events channel.
+    role: "server", "evaluator" or "worker {w}".
+    replies: the server's `channels.Replies`.
+    resume: the server restores the newest checkpoint first.
+    incarnation: a worker's restarts so far.
+    entered: when the part's process started (a worker's timeline).
+
+  Returns:
+    False after the part reported a failure (or an abort) to the supervisor.
+  """
+  if role == "server":
+    return server.serve(ctx, replies, resume)
+  if role == "evaluator":
+    return evaluator.run_evaluator(ctx)
+  return worker.run_worker(ctx, worker_of(role), incarnation, entered)
+
+
+def exit_cause(exitcode: Optional[int]) -> str:
+  """How a process ended, from its exit code (negative: the signal that ended it).
+
+  Example:
+    >>> exit_cause(-9), exit_cause(1)
+    ('killed by signal 9', 'exited with code 1')
+  """
+  if exitcode is not None and exitcode < 0:
+    return f"killed by signal {-exitcode}"
+  return f"exited with code {exitcode}"
+
+
+@contextlib.contextmanager
+def interrupts_held(held: List[int], block: bool = False):
+  """Ctrl-C and SIGTERM are appended to `held` in this block instead of acting; the handlers in place before come back at its end.
+
+  With `block`, they are also blocked in this thread, and so in every
+  thread started meanwhile, for good; they then reach no thread that
+  blocked them before (the CLI blocks them in every thread but the main
+  one) until the block ends, and those that came meanwhile are appended
+  then. The end puts Python's handlers back in place, over any a library
+  installed meanwhile. In the main thread only (elsewhere signals are not
+  this thread's).
+
+  Example:
+    >>> held = []
+    >>> with interrupts_held(held):
+    ...   os.kill(os.getpid(), signal.SIGINT)
+    >>> held == [signal.SIGINT]
+    True
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  signals = {signal.SIGINT, signal.SIGTERM}
+  note = lambda signum, frame: held.append(signum)
+  previous = {signum: signal.signal(signum, note) for signum in signals}
+  mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals) if block else None
+  try:
+    yield
+  finally:
+    if block:
+      for signum in sorted(signals & signal.sigpending()):
+        signal.sigwait({signum})  # Taken here, not by whatever handler.
+        held.append(signum)
+    _settle()  # A handler tripped by another thread runs now, as `note`.
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+    if block:
+      signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _settle():
+  """Nothing; Python runs the handlers of signals that arrived meanwhile when it enters a function."""
 
 
 class ServerBackend(Backend):
@@ -328,6 +409,7 @@ class ServerBackend(Backend):
         "evaluator": pids["evaluator"],
         "workers": [pids[f"worker {w}"] for w in range(n)],
         "restarted_workers": self.restarted_pids,
+        "shm_segments": [],  # Names that must be gone from /dev/shm at the end.
         **self._pids_extra(),
     })
 
@@ -452,18 +534,9 @@ class ServerBackend(Backend):
     inside it, and the run would go on as if nothing had been asked; a row
     of metrics.jsonl would be cut in half.
     """
-    if threading.current_thread() is not threading.main_thread():
+    with interrupts_held(self.interrupts):
       yield
-      return
-    note = lambda signum, frame: self.interrupts.append(signum)
-    previous = {signum: signal.signal(signum, note)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-      yield
-      self._interrupt_point()
-    finally:
-      for signum, handler in previous.items():
-        signal.signal(signum, handler)
+    self._interrupt_point()
 
   def _interrupt_point(self):
     """Raises the first interrupt that came (KeyboardInterrupt, or `Terminated` for SIGTERM)."""

@@ -2,7 +2,7 @@
 
 Each backend implements them for its parts: shared memory, pipes and a
 queue for processes (`shm`, `_child`), the hub and mailbox actors for Ray
-(`ray_backend`), plain Python objects for threads (`inprocess`). The parts'
+(`ray_transport`), plain Python objects for threads (`inprocess`). The parts'
 loops (`server.serve`, `worker.run_worker`, `evaluator.run_evaluator`) see
 only these classes and `transport.Transport`.
 

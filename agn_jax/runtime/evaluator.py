@@ -12,13 +12,6 @@ from agn_jax.runtime import _child
 from agn_jax.runtime import events
 
 
-def evaluator_main(ctx: _child.RunContext, placement) -> None:
-  """Entry point of the evaluator (a spawned process); the `final` switch means "evaluate now and exit"."""
-  _child.enter(placement)
-  if not run_evaluator(ctx):
-    raise SystemExit(1)
-
-
 def run_evaluator(ctx: _child.RunContext) -> bool:
   """Runs the evaluator loop in this process until the final evaluation (any backend).
 

@@ -2,7 +2,7 @@
 
 `CommitBoard` is the state every transport keeps somewhere (the center, the
 commit queue, each worker's counters, the switches); here a condition
-variable guards it, and Ray's hub actor (`ray_backend`) holds the same
+variable guards it, and Ray's hub actor (`ray_transport`) holds the same
 board on its event loop. `InProcessBackend` runs the real server, worker and
 evaluator loops on threads under the real supervisor
 (`backend.ServerBackend`), so a test drives them in seconds without
@@ -34,10 +34,7 @@ import numpy as np
 
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import channels
-from agn_jax.runtime import evaluator
 from agn_jax.runtime import events as ev
-from agn_jax.runtime import server
-from agn_jax.runtime import worker
 from agn_jax.runtime.transport import Commit, Transport
 
 
@@ -285,18 +282,12 @@ class InProcessBackend(backend_lib.ServerBackend):
     self.changed = threading.Event()  # An event was put or a part ended.
 
   def _launch(self, role):
-    w = backend_lib.worker_of(role)
-    if role == "server":
-      loop = lambda: server.serve(self.ctx, self.replies, self.config.resume)
-    elif role == "evaluator":
-      loop = lambda: evaluator.run_evaluator(self.ctx)
-    else:
-      incarnation = self.incarnations[w]
-      loop = lambda: worker.run_worker(self.ctx, w, incarnation)
+    incarnation = self.incarnations.get(backend_lib.worker_of(role), 0)
 
     def part():
       try:
-        self.results[role] = loop()
+        self.results[role] = backend_lib.run_part(
+            self.ctx, role, self.replies, self.config.resume, incarnation)
       finally:
         self.ended.append(role)
         self.changed.set()

@@ -17,6 +17,7 @@ from typing import Callable, Dict, Optional
 from agn_jax.config import TrainConfig
 from agn_jax.errors import NothingToDo, RunError, Terminated, WorkdirError
 from agn_jax.runtime import backend as backend_lib
+from agn_jax.runtime import metric_writers
 from agn_jax.runtime import placement as placement_lib
 from agn_jax.runtime import workdir as workdir_lib
 from agn_jax.runtime.bookkeeping import (RunBook, completed_summary,
@@ -36,9 +37,7 @@ def _raise_interrupt(signum, frame):
 
 def _check_config(config: TrainConfig) -> None:
   from agn_jax import strategies
-  if config.strategy not in strategies.available():
-    raise ValueError(f"strategy must be one of {strategies.available()}, "
-                     f"got {config.strategy!r}")
+  strategies.check_name(config.strategy)
   for name in ("num_workers", "communication_window", "batch_size"):
     value = getattr(config, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -58,6 +57,7 @@ def _check_config(config: TrainConfig) -> None:
     raise ValueError(f"max_seconds must be > 0 or None, got "
                      f"{config.max_seconds!r}")
   backend_lib.backend_class(config.backend)  # Raises for an unknown name.
+  metric_writers.parse(config.metric_writers)  # And for a missing library.
 
 
 def _check_resume(config: TrainConfig) -> None:

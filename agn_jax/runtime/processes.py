@@ -24,10 +24,7 @@ from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import channels
 from agn_jax.runtime import placement as placement_lib
 from agn_jax.runtime import shm
-from agn_jax.runtime.evaluator import evaluator_main
-from agn_jax.runtime.server import server_main
 from agn_jax.runtime.transport import SharedMemoryTransport
-from agn_jax.runtime.worker import worker_main
 
 _SPAWN_LOCK = threading.Lock()
 
@@ -56,10 +53,13 @@ def _spawn_environment(placement: placement_lib.Placement):
       signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
-def _cause(exitcode) -> str:
-  if exitcode is not None and exitcode < 0:
-    return f"killed by signal {-exitcode}"
-  return f"exited with code {exitcode}"
+def _part_main(ctx, role, placement, replies, resume, incarnation) -> None:
+  """A spawned part: its placement first, then its loop (`backend.run_part`); exit status 1 after a reported failure."""
+  entered = time.time()
+  _child.enter(placement)
+  if not backend_lib.run_part(ctx, role, replies, resume, incarnation,
+                              entered):
+    raise SystemExit(1)
 
 
 class ProcessesBackend(backend_lib.ServerBackend):
@@ -110,28 +110,28 @@ class ProcessesBackend(backend_lib.ServerBackend):
 
   def _launch(self, role):
     w = backend_lib.worker_of(role)
+    ctx, placement, replies = self.ctx, self.host_placement, None
     if role == "server":
       reader, self.replies = self.mp.Pipe(duplex=False)
-      self._spawn(role, self.host_placement, server_main, self.host_placement,
-                  _child.PipeReplies(reader), self.config.resume)
-      reader.close()  # The server holds its own copy.
-    elif role == "evaluator":
-      self._spawn(role, self.host_placement, evaluator_main,
-                  self.host_placement)
-    else:
+      replies = _child.PipeReplies(reader)
+    elif w is not None:
+      # A pipe of its own: a worker killed mid-message blocks no one else.
       reader, writer = self.mp.Pipe(duplex=False)
-      self._spawn(role, self.worker_placements[w], worker_main, w,
-                  self.worker_placements[w], writer, self.incarnations[w])
-      writer.close()  # The child holds its own copy; EOF once it is gone.
-      self.worker_pipes[w] = reader
-
-  def _spawn(self, role, placement, target, *args):
-    process = self.mp.Process(target=target, args=(self.ctx, *args),
-                              name=f"agn-{role}", daemon=True)
+      ctx = ctx._replace(events=_child.EventPipe(writer))
+      placement = self.worker_placements[w]
+    process = self.mp.Process(
+        target=_part_main, name=f"agn-{role}", daemon=True,
+        args=(ctx, role, placement, replies, self.config.resume,
+              self.incarnations.get(w, 0)))
     with _spawn_environment(placement):
       process.start()
     self.processes[role] = process
     self.live[process.sentinel] = role
+    if role == "server":
+      reader.close()  # The server holds its own copy.
+    elif w is not None:
+      writer.close()  # The child holds its own copy; EOF once it is gone.
+      self.worker_pipes[w] = reader
 
   def _wait(self, timeout):
     from multiprocess import connection  # pylint: disable=g-import-not-at-top
@@ -147,7 +147,7 @@ class ProcessesBackend(backend_lib.ServerBackend):
     w = backend_lib.worker_of(role)
     if w is not None:  # What it sent before it died, to the end.
       self.last_words.extend(self._read_pipe(w, wait=0.05))
-    return process.exitcode == 0, _cause(process.exitcode)
+    return process.exitcode == 0, backend_lib.exit_cause(process.exitcode)
 
   def _take_events(self):
     while self.last_words:
@@ -180,7 +180,6 @@ class ProcessesBackend(backend_lib.ServerBackend):
     return process.pid if process is not None else None
 
   def _pids_extra(self):
-    # For leak checks: these names must be gone from /dev/shm at the end.
     return {"shm_segments": [*self.transport.names, self.data.name,
                              self.switches.name]}
 

@@ -37,21 +37,6 @@ def server_apply_fn(strategy, layout):
   return jax.jit(apply, donate_argnums=(0,))
 
 
-def server_main(ctx: _child.RunContext, placement, replies,
-                resume: bool = False) -> None:
-  """Entry point of the server (a spawned process).
-
-  Args:
-    ctx: the run's shared context.
-    placement: the host placement.
-    replies: the launcher's answers to checkpoint requests.
-    resume: restore the newest checkpoint in `<workdir>/checkpoints` first.
-  """
-  _child.enter(placement)
-  if not serve(ctx, replies, resume):
-    raise SystemExit(1)
-
-
 def serve(ctx: _child.RunContext, replies, resume: bool = False) -> bool:
   """Runs the server loop in this process until every worker is done (any backend).
 

@@ -1,6 +1,6 @@
 """The worker process: λ local steps in one dispatch, then the strategy's commit and pull half-steps.
 
-Module level imports no JAX: `worker_main` applies the placement first.
+Module level imports no JAX: a spawned part applies its placement first.
 """
 
 import os
@@ -61,24 +61,6 @@ def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
       init=jax.jit(init),
       commit=jax.jit(commit, donate_argnums=0),
       receive=jax.jit(receive, donate_argnums=0, static_argnums=2))
-
-
-def worker_main(ctx: _child.RunContext, index: int, placement, events,
-                incarnation: int = 0) -> None:
-  """Entry point of worker `index` (a spawned process).
-
-  Args:
-    ctx: the run's shared context.
-    index: which worker (which data shard).
-    placement: its devices and environment.
-    events: the writing end of this worker's own pipe to the launcher.
-    incarnation: 0 for the first process of this worker, k after k restarts.
-  """
-  entered = time.time()
-  _child.enter(placement)
-  ctx = ctx._replace(events=_child.EventPipe(events))
-  if not run_worker(ctx, index, incarnation, entered):
-    raise SystemExit(1)
 
 
 def run_worker(ctx: _child.RunContext, index: int, incarnation: int = 0,
