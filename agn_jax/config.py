@@ -93,6 +93,10 @@ class TrainConfig:
       center (0: only the final one).
     ray_address: ray backend: "local" (start a private Ray instance on this
       machine), "auto" (the cluster this machine belongs to) or an address.
+    metric_writers: where the rows of metrics.jsonl also go, comma-separated
+      (`agn_jax.runtime.metric_writers.WRITERS`): "jsonl" (metrics.jsonl
+      alone; it is always written) or "jsonl,tensorboard" (TensorBoard event
+      files in the workdir too).
   """
   strategy: str = "agn"
   num_workers: int = 4
@@ -131,6 +135,7 @@ class TrainConfig:
   workers_per_call: Optional[int] = None
   eval_every_rounds: int = 10
   ray_address: str = "local"
+  metric_writers: str = "jsonl"
 
   def resolved(self) -> "TrainConfig":
     """A copy whose strategy-specific fields left at None hold the values used.

@@ -4,7 +4,7 @@ r"""Temporal efficiency of finished runs, and their curves on one plot.
       [--time_base=auto|training|wall|simulated] \
       [--efficiency_curve=thesis|commits] [--efficiency_window=SECONDS]
 
-prints E(a, b) = ∫₀^m f_a dt / ∫₀^m f_b dt (PAPER.md) for every pair of the
+prints E(a, b) = ∫₀^m f_a dt / ∫₀^m f_b dt (docs/algorithms.md) for every pair of the
 runs, in two versions. *E test*: f = the center's test accuracy (eval
 events). *E train*: f = the workers' training accuracy, by
 `--efficiency_curve`:

@@ -142,7 +142,7 @@ def plot_staleness(run: curves.Run, path: str) -> Optional[str]:
              label=f"mean {stats['mean']:.2f}")
   workers = run.config.get("num_workers")
   if isinstance(workers, int) and workers > 1:
-    # n homogeneous workers give an expected staleness of n - 1 (PAPER.md).
+    # n homogeneous workers give an expected staleness of n - 1 (docs/algorithms.md).
     ax.axvline(workers - 1, color="gray", linestyle=":",
                label=f"n - 1 = {workers - 1}")
   ax.set_xlabel("staleness (center updates since the pull)")

@@ -264,6 +264,7 @@ def strategy_overrides(specs: Sequence[str],
   allowed = config_lib.STRATEGY_SETTINGS
   for spec in specs:
     strategy, _, path = spec.partition("=")
+    path = flags_lib.shipped_config(path) or path  # A --config name too.
     flag_values = flags.FlagValues()
     flags_lib.define_train_flags(flag_values)
     try:
@@ -564,7 +565,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       "strategy_flagfile", [],
       "STRATEGY=PATH, repeatable: that strategy's own settings ("
       f"{', '.join(config_lib.STRATEGY_SETTINGS)}) for its runs only, e.g. "
-      "aeasgd=experiments/configs/paper_mnist_aeasgd.flags. Flags typed on "
+      "aeasgd=experiments/configs/paper_mnist_aeasgd.flags, or the name of "
+      "a shipped configuration (aeasgd=paper_mnist_aeasgd). Flags typed on "
       "the command line win over it; any other setting in it must equal "
       "the one every run gets.", flag_values=flag_values)
   flags.DEFINE_enum(

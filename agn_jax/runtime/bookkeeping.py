@@ -24,6 +24,7 @@ import numpy as np
 from agn_jax.config import TrainConfig
 from agn_jax.errors import CheckpointError, RunError
 from agn_jax.runtime import events as ev
+from agn_jax.runtime import metric_writers
 
 Progress = Callable[[Dict[str, object]], None]
 
@@ -105,6 +106,8 @@ class RunBook:
     self.workdir = pathlib.Path(config.workdir)
     self.t0 = time.time()
     self.metrics_file = None
+    # Where every row also goes (`--metric_writers`), opened with the books.
+    self.writers: List[metric_writers.MetricWriter] = []
     self.expected_commits: Optional[int] = None
     self.extra_summary: Dict[str, object] = {}
     self.timeline: Dict[str, float] = {}
@@ -114,6 +117,8 @@ class RunBook:
     self._pending: List = []  # Rows before the barrier, written at it.
     # What the events tell.
     self.staleness: List[int] = []  # Over the whole run (a resume included).
+    self.kept_clock: Optional[int] = None  # A resume's last clock kept.
+    self.kept_since_eval: List[int] = []  # Its staleness after its last eval.
     self.commit_times: List[float] = []  # This session's.
     self.first_sim_time = None
     self.last_sim_time = None
@@ -184,6 +189,12 @@ class RunBook:
       self.metrics_file = workdir_lib.safe_open(self.workdir, "metrics.jsonl",
                                                 "w")
     write_json(self.workdir / "config.json", self.config.to_record())
+    purge_step = None
+    if self.config.resume:
+      purge_step = 0 if self.kept_clock is None else self.kept_clock + 1
+    self.writers = metric_writers.open_writers(
+        self.config.metric_writers, str(self.workdir), self.config.to_record(),
+        purge_step, self.kept_since_eval)
 
   def _read_back(self, path):
     """The staleness and training time of the rows a resume keeps."""
@@ -198,9 +209,19 @@ class RunBook:
         t = row.get("time")
         if isinstance(t, (int, float)):
           self.time_offset = max(self.time_offset, float(t))
+        if isinstance(row.get("clock"), int):
+          self.kept_clock = max(self.kept_clock or 0, row["clock"])
+        if row.get("event") == "commit" and isinstance(
+            row.get("sim_time"), (int, float)):
+          if self.first_sim_time is None:
+            self.first_sim_time = float(row["sim_time"])
+          self.last_sim_time = float(row["sim_time"])
         if row.get("event") == "commit" and isinstance(
             row.get("staleness"), int):
           self.staleness.append(row["staleness"])
+          self.kept_since_eval.append(row["staleness"])
+        elif row.get("event") == "eval":
+          self.kept_since_eval = []
 
   def save_center(self, center: np.ndarray) -> None:
     """Writes the final center as `center.npy` (flat float32; load with `allow_pickle=False`)."""
@@ -223,12 +244,14 @@ class RunBook:
     return self.metrics_file.tell()
 
   def close(self):
-    """Closes metrics.jsonl; never raises (the summary flushed it, or the run failed already)."""
+    """Closes metrics.jsonl and the writers; never raises (the summary flushed them, or the run failed already)."""
     if self.metrics_file is not None and not self.metrics_file.closed:
       try:
         self.metrics_file.close()
       except OSError:
         pass  # Closed anyway; its failure to flush was raised before.
+    for writer in self.writers:
+      writer.close()
 
   # Time bases.
 
@@ -262,6 +285,11 @@ class RunBook:
       self.metrics_file.write(json.dumps(record) + "\n")
     except OSError as e:
       raise cannot_write(self.workdir / "metrics.jsonl", e) from None
+    for writer in self.writers:
+      try:
+        writer.write(record)
+      except OSError as e:
+        raise cannot_write(writer.path, e) from None
     if event.kind in ("commit", "eval"):
       self._flush()
       if self.progress is not None:
@@ -466,6 +494,11 @@ class RunBook:
     """
     if self.metrics_file is not None and not self.metrics_file.closed:
       self._flush()  # Rows lost to a full disk must not pass unnoticed.
+    for writer in self.writers:
+      try:
+        writer.finish(self.staleness)
+      except OSError as e:
+        raise cannot_write(writer.path, e) from None
     summary = self.summary(interrupted)
     failure = None if interrupted else self.outcome_error(summary)
     if failure:
