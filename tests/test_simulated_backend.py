@@ -98,6 +98,19 @@ def test_same_flags_and_seed_give_the_same_metrics(tmp_path, reference):
                                 np.load(tmp_path / "again" / "center.npy"))
 
 
+def test_a_checkpoint_after_every_round_ends_in_one_final_checkpoint(tmp_path):
+  # Each round's wall time exceeds the period: a periodic checkpoint is due
+  # after the last round too, at the step the final one saves.
+  summary = train(_config(tmp_path, epochs=1.0, eval_every_rounds=0,
+                          checkpoint_every_seconds=1e-6))
+  assert summary["completed"] is True, summary.get("failure")
+  saved = metrics_rows(tmp_path / "run", {"checkpoint"})
+  steps = [r["clock"] for r in saved]
+  assert len(steps) == len(set(steps)) > 1  # Each step saved once.
+  assert saved[-1]["final"] and saved[-1]["clock"] == summary["num_commits"]
+  assert not any(r["final"] for r in saved[:-1])
+
+
 def test_resumed_run_continues_exactly(tmp_path, reference):
   # Half the share, then --resume with the whole share: the same run as one
   # that went through in one go (the samplers skip what was done).
@@ -107,6 +120,8 @@ def test_resumed_run_continues_exactly(tmp_path, reference):
       "completed"]
   summary = train(_config(tmp_path, name="halves", epochs=6.0, resume=True))
   assert summary["resumed_from_commit"] > 0
+  # The clock goes on from the rows the resume kept.
+  assert summary["simulated_seconds"] == reference[0]["simulated_seconds"]
   np.testing.assert_array_equal(np.load(workdir / "center.npy"),
                                 np.load(tmp_path / "halves" / "center.npy"))
   # The same commits; only the share each session planned for differs.

@@ -155,7 +155,9 @@ class SimulatedBackend(backend_lib.Backend):
         rounds += 1
         if config.eval_every_rounds and rounds % config.eval_every_rounds == 0:
           self._evaluate(final=False)
-        if period and period > 0 and time.monotonic() - saved_at >= period:
+        # The final checkpoint follows the last round at once.
+        if (period and period > 0 and not sim.done and
+            time.monotonic() - saved_at >= period):
           self._save(final=False)
           saved_at = time.monotonic()
         if signals.received is not None:
@@ -205,8 +207,13 @@ class SimulatedBackend(backend_lib.Backend):
   def _save(self, final: bool):
     import jax
     sim = self.sim
-    if not self.config.checkpoints or (self.saved_step == sim.clock and
-                                       not final):
+    if not self.config.checkpoints:
+      return
+    if self.saved_step == sim.clock:
+      # Nothing changed since that checkpoint (a step is saved only once):
+      # it is the final one too.
+      if final:
+        self.book.handle(ev.CheckpointSaved(time.time(), sim.clock, True, 0.0))
       return
     t0 = time.monotonic()
     state = sim.state()

@@ -66,6 +66,9 @@ def figures(run: curves.Run) -> Figures:
   base = time_base(run)
   seconds = run.summary.get(
       "simulated_seconds" if base == "simulated" else "training_seconds")
+  if seconds is None and base == "simulated" and len(run.commits["sim_time"]):
+    # A run resumed after its last commit has no sim time of its own sitting.
+    seconds = float(np.nanmax(run.commits["sim_time"]))
   st = run.commits["staleness"]
   st = st[np.isfinite(st)].astype(np.int64)
   workers = max(int(run.summary.get("num_workers") or 1), 1)

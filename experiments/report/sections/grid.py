@@ -146,6 +146,36 @@ def _curves(ctx: Context, cells: Dict[Cell, Dict[str, object]]
   return save(fig, ctx.figure("grid-curves.png"))
 
 
+def _row(ctx: Context, cell: Cell) -> List[str]:
+  """One cell's table row: each strategy's figures as far as its runs completed."""
+  n, l = cell
+  t = thesis.cell(n, l)
+  row, windows = [str(n), str(l)], []
+  for name in (design.REFERENCE, design.BASELINE):
+    runs = ctx.results.seeds(design.GRID, name, cell)
+    windows += [r.windows for r in runs]
+    if not runs:
+      status = ctx.results.status(ctx.results.find(design.GRID, name,
+                                                   cell)[0])
+      row += [status, "–", "–"]
+      continue
+    row += [_beside(results_lib.estimate([r.seconds for r in runs]),
+                    t and getattr(t, f"{name}_seconds"), 1.0, ".0f"),
+            _beside(results_lib.estimate([r.train_accuracy for r in runs]),
+                    t and getattr(t, f"{name}_train_accuracy")),
+            _beside(results_lib.estimate([r.test_accuracy for r in runs]),
+                    t and getattr(t, f"{name}_test_accuracy"))]
+  if windows and min(windows) < design.MIN_WINDOWS:
+    return [str(n), str(l), f"{min(windows):.0f}",
+            f"not shown: < {design.MIN_WINDOWS} windows a worker"] + [""] * 7
+  s = cell_summary(ctx, cell)
+  e_train = s["e_train"] if s else results_lib.Estimate(None, None, 0)
+  e_test = s["e_test"] if s else results_lib.Estimate(None, None, 0)
+  return (row[:2] + [f"{min(windows):.0f}" if windows else "–"] + row[2:] +
+          [_beside(e_train, t and t.efficiency, 1.0, ".3f"),
+           estimate_text(e_test, 1.0, ".3f")])
+
+
 def render(ctx: Context) -> List[str]:
   p = ctx.preset
   specs = p.section_runs(design.GRID)
@@ -160,32 +190,7 @@ def render(ctx: Context) -> List[str]:
               f"every cell ({p.seeds} seed{'s' if p.seeds > 1 else ''}). The "
               "thesis' runs had the same budget.", ""]
   cells = shown_cells(ctx)
-  rows = []
-  for cell in p.grid_cells:
-    n, l = cell
-    t = thesis.cell(n, l)
-    s = cell_summary(ctx, cell)
-    if s is None:
-      rows.append([str(n), str(l), "–"] + [
-          ctx.results.status(ctx.results.find(design.GRID, design.REFERENCE,
-                                              cell)[0])] + ["–"] * 8)
-      continue
-    if s["windows"] < design.MIN_WINDOWS:
-      rows.append([str(n), str(l), f"{s['windows']:.0f}",
-                   f"not shown: < {design.MIN_WINDOWS} windows a worker"]
-                  + ["–"] * 8)
-      continue
-    row = [str(n), str(l), f"{s['windows']:.0f}"]
-    for name in (design.REFERENCE, design.BASELINE):
-      row += [_beside(s[name]["seconds"], t and getattr(t, f"{name}_seconds"),
-                      1.0, ".0f"),
-              _beside(s[name]["train"], t and getattr(
-                  t, f"{name}_train_accuracy")),
-              _beside(s[name]["test"], t and getattr(
-                  t, f"{name}_test_accuracy"))]
-    row += [_beside(s["e_train"], t and t.efficiency, 1.0, ".3f"),
-            estimate_text(s["e_test"], 1.0, ".3f")]
-    rows.append(row)
+  rows = [_row(ctx, cell) for cell in p.grid_cells]
   lines += ["Each figure is ours, the thesis' in brackets "
             "(`table:agn_experiments_summary` and "
             "`table:agn_temporal_efficiency` of its AGN chapter). Times are "
