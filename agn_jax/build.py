@@ -7,55 +7,23 @@ process builds exactly the same thing from the same config.
 import jax
 import numpy as np
 
-from agn_jax import models, strategies, transform
-from agn_jax import config as config_lib
+from agn_jax import models, strategies
 from agn_jax.config import TrainConfig
 
 
 def check_strategy_settings(config: TrainConfig) -> TrainConfig:
-  """Checks the strategy settings of `config` without building anything.
+  """The config's one validation (`TrainConfig.validate`); builds nothing.
 
   Starts no JAX backend, so the launcher and the CLI can call it up front.
-
-  Args:
-    config: a config, resolved or not.
 
   Returns:
     `config.resolved()`.
 
   Raises:
     ValueError: one line, for an unknown strategy or optimizer name, or a
-      setting the strategy cannot honour: eamsgd without Nesterov workers,
-      or a normalization other than the strategy's own for one that has none
-      to choose (only agn and adag take one).
+      setting the strategy cannot honour (see `TrainConfig.validate`).
   """
-  config = config.resolved()
-  name = config.strategy
-  if config.worker_optimizer not in strategies.WORKER_OPTIMIZERS:
-    raise ValueError(f"worker_optimizer must be one of "
-                     f"{', '.join(strategies.WORKER_OPTIMIZERS)}, got "
-                     f"{config.worker_optimizer!r}")
-  if config.server_optimizer not in strategies.SERVER_OPTIMIZERS:
-    raise ValueError(f"server_optimizer must be one of "
-                     f"{', '.join(strategies.SERVER_OPTIMIZERS)}, got "
-                     f"{config.server_optimizer!r}")
-  if name == "eamsgd" and config.worker_optimizer != "nesterov":
-    raise ValueError("eamsgd is AEASGD with Nesterov momentum workers: its "
-                     "worker_optimizer must be nesterov, got "
-                     f"{config.worker_optimizer!r}")
-  if "normalization" in strategies.parameters(name):
-    if config.normalization not in transform.NORMALIZATIONS:
-      raise ValueError(f"normalization must be one of "
-                       f"{', '.join(transform.NORMALIZATIONS)}, got "
-                       f"{config.normalization!r}")
-  else:
-    own = strategies.paper_defaults(name).get(
-        "normalization", config_lib.GENERIC_DEFAULTS["normalization"])
-    if config.normalization != own:
-      raise ValueError(f"strategy {name!r} has no normalization to choose "
-                       f"(it uses {own!r}), got normalization="
-                       f"{config.normalization!r}; agn and adag take one")
-  return config
+  return config.validate()
 
 
 def build_strategy(config: TrainConfig) -> strategies.Strategy:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from agn_jax import config as config_lib
 from agn_jax.errors import CheckpointError
 
 
@@ -300,15 +301,14 @@ def restore(directory: str) -> Checkpoint:
   return Checkpoint(int(step), center, leaves, meta)
 
 
-# The config fields a resumed run must share with the checkpoint: they fix
-# the parameter layout (model, hidden_sizes, dataset), the server state
-# (strategy, server_optimizer), and what each worker's saved progress means
-# (dataset, dataset_size, seed, num_workers, communication_window,
-# batch_size). Everything else (epochs, learning rates, timers, restarts,
-# platform, data_dir) may change between sessions, e.g. to train longer.
-RESUME_MUST_MATCH = ("strategy", "model", "hidden_sizes", "dataset",
-                     "dataset_size", "seed", "num_workers",
-                     "communication_window", "batch_size", "server_optimizer")
+# The config fields a resumed run must share with the checkpoint (marked
+# `resume_fixed`): they fix the parameter layout (model, hidden_sizes,
+# dataset), the server state (strategy, server_optimizer), and what each
+# worker's saved progress means (dataset, dataset_size, seed, num_workers,
+# communication_window, batch_size). Everything else (epochs, learning
+# rates, timers, restarts, platform, data_dir) may change between sessions,
+# e.g. to train longer.
+RESUME_MUST_MATCH = config_lib.fields_where("resume_fixed")
 
 
 def _shapes(pairs):

@@ -40,6 +40,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from agn_jax import config as config_lib
 from agn_jax import metrics
 from experiments import curves
 from experiments import flags as flags_lib
@@ -61,8 +62,7 @@ labels = curves.labels
 
 # What decides how much data a run trains on (and on what model): runs that
 # differ in any of these are not a like-with-like comparison.
-BUDGET_KEYS = ("dataset", "dataset_size", "epochs", "batch_size", "model",
-               "hidden_sizes")
+BUDGET_KEYS = config_lib.fields_where("budget")
 
 
 def choose_time_base(runs: Sequence[Run], time_base: str = "auto") -> str:

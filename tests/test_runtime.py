@@ -151,9 +151,10 @@ def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
   ds = data.load("digits", seed=0)
   epochs = (windows * lam * batch * 2 + 1) / len(ds.x_train)
   config = _config(tmp_path, num_workers=2, communication_window=lam,
-                   hidden_sizes=(16,), epochs=epochs).resolved()
+                   hidden_sizes=(16,), epochs=epochs,
+                   cache_dir="").resolved()
   book = RunBook(config, None, "inprocess")
-  run = InProcessBackend(config, book, cache_dir="")
+  run = InProcessBackend(config, book)
   try:
     run.prepare()
     run.run()

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from agn_jax import config as config_lib
 from agn_jax.config import TrainConfig
 from agn_jax.errors import RunError, Terminated
 from agn_jax.runtime import _child
@@ -40,6 +41,9 @@ BACKENDS = {
 def available() -> tuple:
   """The backend names `train()` and `--backend` accept."""
   return tuple(BACKENDS)
+
+
+config_lib.register("backend", choices=available)
 
 
 def backend_class(name: str):
@@ -110,15 +114,13 @@ class Backend(abc.ABC):
   Args:
     config: the resolved config.
     book: the run's books; every event goes to `book.handle`.
-    options: backend-specific keyword arguments of `train()`.
   """
 
   name: str = ""
 
-  def __init__(self, config: TrainConfig, book, **options):
+  def __init__(self, config: TrainConfig, book):
     self.config = config
     self.book = book
-    self.options = options
 
   @abc.abstractmethod
   def prepare(self, dataset=None) -> None:
@@ -278,20 +280,20 @@ class ServerBackend(Backend):
   * `_pid(role)`, `_retire(role)`, `_end_parts()`: a part's process id, a
     dead worker's remains, and stopping every part.
 
-  Options (keyword arguments of `train()`):
-    num_slots: how many commits may wait for the server (default
-      `min(n, MAX_SLOTS)`).
-    cache_dir: JAX's persistent compilation cache (default
-      `cache_dir_default()`; "" turns it off).
+  Its settings (`TrainConfig`): `num_slots`, how many commits may wait for
+  the server (None: `min(n, MAX_SLOTS)`), and `cache_dir`, JAX's
+  persistent compilation cache (None: `cache_dir_default()`; "" turns it
+  off).
   """
 
   poll_seconds = 0.1  # The longest the supervisor waits between two looks.
   parent_pid: Optional[int] = None  # `RunContext.parent_pid` of the parts.
 
-  def __init__(self, config, book, num_slots=None, cache_dir=None):
+  def __init__(self, config, book):
     super().__init__(config, book)
-    self.num_slots = num_slots
-    self.cache_dir = cache_dir_default() if cache_dir is None else cache_dir
+    self.num_slots = config.num_slots
+    self.cache_dir = (cache_dir_default() if config.cache_dir is None else
+                      config.cache_dir)
     self.transport = self.switches = self.events = self.data = None
     self.ctx = None
     self.incarnations: Dict[int, int] = {}  # worker -> restarts so far

@@ -256,10 +256,9 @@ class InProcessBackend(backend_lib.ServerBackend):
   Example:
     >>> from agn_jax import TrainConfig
     >>> from agn_jax.runtime.bookkeeping import RunBook
-    >>> config = TrainConfig(num_workers=2, epochs=1.0,
+    >>> config = TrainConfig(num_workers=2, epochs=1.0, cache_dir="",
     ...                      workdir="/tmp/agn_inprocess_doc").resolved()
-    >>> run = InProcessBackend(config, RunBook(config, None, "inprocess"),
-    ...                        cache_dir="")  # doctest: +SKIP
+    >>> run = InProcessBackend(config, RunBook(config, None, "inprocess"))  # doctest: +SKIP
     >>> run.prepare(); run.run(); run.shutdown()  # doctest: +SKIP
   """
 

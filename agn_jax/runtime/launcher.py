@@ -17,8 +17,6 @@ from typing import Callable, Dict, Optional
 from agn_jax.config import TrainConfig
 from agn_jax.errors import NothingToDo, RunError, Terminated, WorkdirError
 from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime import metric_writers
-from agn_jax.runtime import placement as placement_lib
 from agn_jax.runtime import workdir as workdir_lib
 from agn_jax.runtime.bookkeeping import (RunBook, completed_summary,
                                          resume_error)
@@ -33,31 +31,6 @@ _WIND_DOWN_SECONDS = 5.0
 def _raise_interrupt(signum, frame):
   del frame
   raise Terminated(f"received signal {signum}")
-
-
-def _check_config(config: TrainConfig) -> None:
-  from agn_jax import strategies
-  strategies.check_name(config.strategy)
-  for name in ("num_workers", "communication_window", "batch_size"):
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-  restarts = config.max_worker_restarts
-  if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-    raise ValueError(f"max_worker_restarts must be an integer >= 0, got "
-                     f"{restarts!r}")
-  if not (isinstance(config.epochs, (int, float)) and
-          0 < config.epochs < float("inf")):
-    raise ValueError(f"epochs must be a finite number > 0, got "
-                     f"{config.epochs!r}")
-  if config.platform not in (None,) + placement_lib.PLATFORMS:
-    raise ValueError(f"platform must be one of {placement_lib.PLATFORMS} or "
-                     f"None, got {config.platform!r}")
-  if config.max_seconds is not None and not config.max_seconds > 0:
-    raise ValueError(f"max_seconds must be > 0 or None, got "
-                     f"{config.max_seconds!r}")
-  backend_lib.backend_class(config.backend)  # Raises for an unknown name.
-  metric_writers.parse(config.metric_writers)  # And for a missing library.
 
 
 def _check_resume(config: TrainConfig) -> None:
@@ -82,8 +55,7 @@ def _check_resume(config: TrainConfig) -> None:
 def train(config: TrainConfig,
           progress: Optional[Progress] = None,
           *,
-          dataset=None,
-          **options) -> Dict[str, object]:
+          dataset=None) -> Dict[str, object]:
   """Trains `config.num_workers` asynchronous workers around a center on `config.backend`.
 
   Writes `config.json`, `metrics.jsonl`, `summary.json`, `center.npy` and
@@ -128,8 +100,6 @@ def train(config: TrainConfig,
       (the dicts written to metrics.jsonl), e.g. to drive a progress bar.
     dataset: an `agn_jax.data.Dataset` to train on instead of loading
       `config.dataset` (e.g. synthetic data of another dimension).
-    **options: the backend's own options, e.g. `num_slots` and `cache_dir`
-      for processes (see each backend class).
 
   Returns:
     The summary (also written to summary.json).
@@ -149,8 +119,7 @@ def train(config: TrainConfig,
     >>> summary["num_commits"] == sum(summary["worker_commits"])  # doctest: +SKIP
     True
   """
-  config = config.resolved()
-  _check_config(config)
+  config = config.validate()
   if config.resume and not os.path.isdir(config.workdir):
     raise resume_error(config.workdir, "no such directory")
   lock = workdir_lib.lock_workdir(config.workdir, create=not config.resume,
@@ -163,7 +132,7 @@ def train(config: TrainConfig,
           f"workdir {config.workdir} holds another run's results; resume it "
           f"(--resume) or choose another workdir")
     book = RunBook(config, progress, config.backend)
-    run = backend_lib.backend_class(config.backend)(config, book, **options)
+    run = backend_lib.backend_class(config.backend)(config, book)
     in_main_thread = threading.current_thread() is threading.main_thread()
     old_term = (signal.signal(signal.SIGTERM, _raise_interrupt)
                 if in_main_thread else None)

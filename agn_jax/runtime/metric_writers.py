@@ -28,6 +28,8 @@ from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
+from agn_jax import config as config_lib
+
 # The writers, in the order they are named; jsonl is always on.
 WRITERS = ("jsonl", "tensorboard")
 # What a writer needs beyond the core: (module, the extra that installs it).
@@ -83,6 +85,9 @@ def parse(text: str) -> Tuple[str, ...]:
     if error:
       raise ValueError(error)
   return tuple(n for n in WRITERS if n == "jsonl" or n in names)
+
+
+config_lib.register("metric_writers", parse=parse)
 
 
 def open_writers(text: str, workdir: str, config: Dict[str, object],

@@ -65,15 +65,15 @@ def _part_main(ctx, role, placement, replies, resume, incarnation) -> None:
 class ProcessesBackend(backend_lib.ServerBackend):
   """Spawned processes on one host, shared memory between them.
 
-  Options (keyword arguments of `train()`): `num_slots`, the capacity of
-  the commit ring, and `cache_dir`, JAX's persistent compilation cache
-  shared by all processes (see `backend.ServerBackend`).
+  Its settings: `num_slots`, the capacity of the commit ring, and
+  `cache_dir`, JAX's persistent compilation cache shared by all processes
+  (see `backend.ServerBackend`).
   """
 
   name = "processes"
 
-  def __init__(self, config, book, num_slots=None, cache_dir=None):
-    super().__init__(config, book, num_slots, cache_dir)
+  def __init__(self, config, book):
+    super().__init__(config, book)
     self.queue = self.replies = None
     self.processes: Dict[str, object] = {}  # role -> its latest Process
     self.live: Dict[object, str] = {}  # sentinel -> role, not yet read

@@ -136,12 +136,12 @@ class RayBackend(backend_lib.ServerBackend):
   node and reserve nothing; the server writes checkpoints to
   `config.workdir` there (on a cluster, the driver's node's disk).
 
-  Options (keyword arguments of `train()`):
+  Its settings (`TrainConfig`):
     ray_address: "local" (start a private Ray instance with one CPU per core
       of this machine, stopped at the end and with this process however it
       ends, SIGKILL included: `ray_head.LocalRay`), "auto" (the cluster this
-      machine belongs to), or the head's "host:port"; default
-      `config.ray_address`. A process that already called `ray.init()`
+      machine belongs to), or the head's "host:port". A process that
+      already called `ray.init()`
       keeps its connection, and the run never stops it.
     num_slots, cache_dir: as `backend.ServerBackend` has them (the cache
       on each node).
@@ -154,10 +154,9 @@ class RayBackend(backend_lib.ServerBackend):
   name = "ray"
   poll_seconds = 0.05  # Nothing Ray does wakes the driver: it looks this often.
 
-  def __init__(self, config, book, ray_address=None, num_slots=None,
-               cache_dir=None):
-    super().__init__(config, book, num_slots, cache_dir)
-    self.address = config.ray_address if ray_address is None else ray_address
+  def __init__(self, config, book):
+    super().__init__(config, book)
+    self.address = config.ray_address
     self.ray = None
     # The private instance that "local" started, with its keeper.
     self.local: Optional[ray_head.LocalRay] = None

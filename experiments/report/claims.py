@@ -99,9 +99,10 @@ def fraction_claim(ctx: Context, cells) -> Claim:
     return _missing(name, paper_text, "E")
   k = sum(e > 1 for e in known)
   lo, hi = wilson(k, len(known))
+  cells_text = f"{len(known)} cell" + ("s" if len(known) > 1 else "")
   verdict = (NOT_REPRODUCED if not lo <= paper <= hi else
              REPRODUCED if hi - lo <= FRACTION_MAX_WIDTH else
-             f"{INCONCLUSIVE} ({len(known)} cells)")
+             f"{INCONCLUSIVE} ({cells_text})")
   return Claim(name, paper_text, f"{k}/{len(known)} = {pct(k / len(known))} "
                f"(95 %: {pct(lo, 0)}–{pct(hi, 0)})", verdict, "E")
 
@@ -215,7 +216,8 @@ def about_98_claim(cells) -> Claim:
     return _missing(name, "≈ 98 %", "98")
   mean = float(np.mean(values))
   return Claim(name, "≈ 98 % (98.18 % at n = λ = 40)",
-               f"{pct(mean)} (mean of {len(values)} cells)",
+               f"{pct(mean)} (mean of {len(values)} cell"
+               f"{'s' if len(values) > 1 else ''})",
                REPRODUCED if mean >= ABOUT_98 else NOT_REPRODUCED, "98")
 
 
