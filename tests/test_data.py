@@ -7,6 +7,7 @@ import io
 import json
 import os
 import struct
+import subprocess
 import sys
 import tarfile
 import threading
@@ -555,6 +556,31 @@ def test_digits():
   other = data.load("digits", seed=2)
   assert not np.array_equal(ds.y_test, other.y_test)
   assert data.load("digits", size=100).x_train.shape == (100, 64)
+
+
+def test_digits_are_scikit_learns_digits():
+  from sklearn import datasets  # pylint: disable=g-import-not-at-top
+  bunch = datasets.load_digits()
+  ds = data.load("digits", seed=0)
+  # The split's order aside, the same 1,797 (pixels / 16, label) rows.
+  ours = np.column_stack([np.concatenate([ds.x_train, ds.x_test]) * 16,
+                          np.concatenate([ds.y_train, ds.y_test])])
+  theirs = np.column_stack([bunch.data, bunch.target])
+  sort = lambda rows: rows[np.lexsort(rows.T[::-1])]
+  np.testing.assert_array_equal(sort(ours), sort(theirs))
+
+
+@pytest.mark.slow
+def test_loading_digits_does_not_import_scikit_learn():
+  # Every CLI run and Ray actor loads digits; scikit-learn's import alone
+  # would cost each about a second.
+  code = ("import sys; from agn_jax import data; data.load('digits'); "
+          "print(sorted(m for m in sys.modules if m.startswith('sklearn')))")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  result = subprocess.run([sys.executable, "-c", code], cwd=repo,
+                          capture_output=True, text=True, timeout=120,
+                          check=True)
+  assert result.stdout.strip() == "[]", result.stdout
 
 
 def test_mnist1d_is_offline_deterministic_and_restores_global_rng():

@@ -1,0 +1,47 @@
+"""One JAX persistent compilation cache for the test session and every process it starts.
+
+The suite compiles the same programs over and over: every CLI subprocess,
+every simulated run and many tests jit the same model and window kernel
+anew. A session-wide cache turns all but the first compilation of each into
+a disk read (a simulated CLI run: half its CPU time). It is set in the
+environment before anything imports JAX, so every subprocess inherits it;
+it lives in a fresh temporary directory (never the checkout or $HOME),
+removed at the end, so no run of the suite depends on what an earlier one
+left. The parts the runtime spawns (workers, server, evaluator, Ray actors)
+use the runtime's own cache, `$AGN_JAX_CACHE_DIR`, as in any run.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+_made = []  # The directory this session made, to remove at its end.
+
+
+def pytest_configure(config):
+  del config
+  if os.environ.get(_CACHE_ENV):  # The caller chose a cache: keep it.
+    return
+  cache_dir = tempfile.mkdtemp(prefix="agn-jax-test-jax-cache-")
+  _made.append(cache_dir)
+  settings = {
+      _CACHE_ENV: cache_dir,
+      # Small programs compile in well under JAX's default 1 s threshold,
+      # and they are the ones the suite compiles most.
+      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+      "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+  }
+  os.environ.update(settings)
+  if "jax" in sys.modules:  # Imported already (a plugin): set it here too.
+    jax = sys.modules["jax"]
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_unconfigure(config):
+  del config
+  while _made:
+    shutil.rmtree(_made.pop(), ignore_errors=True)
