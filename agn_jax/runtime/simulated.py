@@ -55,10 +55,14 @@ class _DeferredSignals:
       raise Terminated(f"received signal {signum}")
     raise KeyboardInterrupt()
 
-  def __exit__(self, *exc):
+  def __exit__(self, exc_type, *exc):
     for signum, handler in self._saved.items():
       signal.signal(signum, handler)
     self._saved = {}
+    # One that came after the last round (while the run finished) is not
+    # lost: the run is complete and its books written, and the caller stops.
+    if exc_type is None and self.received is not None:
+      self.raise_received()
 
 
 class SimulatedBackend(backend_lib.Backend):

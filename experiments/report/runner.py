@@ -12,10 +12,14 @@ the compute ledger: seconds, samples, machine and device of every run, summed
 over the sittings that ran it.
 """
 
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
+import sys
+import threading
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -160,11 +164,60 @@ def run_all(p: design.Preset, study: Study, sections: Optional[set] = None,
              if (sections is None or r.section in sections) and
              not sweep_lib.completed(r.path(study.dir))]
   failures = []
-  for index, run in enumerate(pending, 1):
-    log(f"[{index}/{len(pending)}] {run.section}/{run.name}: "
-        f"{run.epochs:g} epochs")
-    why = run_one(run, study, p, show_progress)
-    if why:
-      failures.append(f"{run.section}/{run.name}: {why}")
-      log(f"  failed: {why}")
+  with _sticky_interrupts() as stop:
+    for index, run in enumerate(pending, 1):
+      stop()
+      log(f"[{index}/{len(pending)}] {run.section}/{run.name}: "
+          f"{run.epochs:g} epochs")
+      why = run_one(run, study, p, show_progress)
+      if why:
+        failures.append(f"{run.section}/{run.name}: {why}")
+        log(f"  failed: {why}")
+    stop()
   return failures
+
+
+@contextlib.contextmanager
+def _sticky_interrupts():
+  """Ctrl-C and SIGTERM act as before, and are also remembered: `stop()` raises one that came.
+
+  A KeyboardInterrupt that Python raises inside a garbage-collection
+  callback (JAX has one) is printed and dropped; the run then goes on, and
+  without this the study would go on to its next run too.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield lambda: None
+    return
+  received = []
+  previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+  def act(signum):
+    handler = previous[signum]
+    if callable(handler):
+      handler(signum, None)
+    raise KeyboardInterrupt()
+
+  def note(signum, frame):
+    del frame
+    received.append(signum)
+    act(signum)
+
+  def stop():
+    if received:
+      act(received[0])
+
+  def unraisable(hook_args):
+    # The dropped interrupt is remembered above; its traceback is noise.
+    if not issubclass(hook_args.exc_type, KeyboardInterrupt):
+      hook(hook_args)
+
+  hook = sys.unraisablehook
+  sys.unraisablehook = unraisable
+  for signum in previous:
+    signal.signal(signum, note)
+  try:
+    yield stop
+  finally:
+    sys.unraisablehook = hook
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
