@@ -18,7 +18,9 @@ them in a real cluster is not seen.
 
 **The time model** (`TimeModel`): a window lasts λ × a speed-1 worker's step
 time × the worker's speed factor for that window (`SpeedModel`), or a
-processes run's own window times (`trace:RUN_DIR`); a message lasts
+processes run's own window times, each worker starting its first window
+when that run's worker did and as much slower at its messages as at its
+windows (`trace:RUN_DIR`); a message lasts
 `latency + bytes / bandwidth` (the commit's payload, the pull's center); an
 apply lasts the server's apply time. The presets (`Cluster`):
 
@@ -236,7 +238,10 @@ def parse_speed_model(text: str) -> SpeedModel:
   * `speeds:S0,S1,...`: worker k's speed is S_k (one per worker).
   * `trace:RUN_DIR`: each worker's window times are those of the processes
     run in RUN_DIR (its metrics.jsonl), per local step; worker k replays
-    worker k mod n of the trace, its windows in order, cycled.
+    worker k mod n of the trace, its windows in order, cycled, starts
+    its first window as long after time 0 as that worker did after the
+    run's start barrier, and its commits and pulls last as much longer or
+    shorter than the cluster's as its windows are than the trace's mean.
 
   Raises:
     ValueError: one line naming what is wrong.
@@ -309,6 +314,32 @@ def read_trace(run_dir: str) -> List[np.ndarray]:
   Raises:
     ValueError: one line, when the run has no timed windows.
   """
+  windows = _trace_windows(run_dir)
+  everyone = [t for w in windows.values() for _, _, t in w]
+  return [np.array([t for _, _, t in sorted(windows[k])]) if k in windows
+          else np.array([float(np.median(everyone))])
+          for k in range(max(windows) + 1)]
+
+
+def read_trace_starts(run_dir: str) -> List[float]:
+  """When each worker of a run began its first window, in seconds after the start barrier.
+
+  A worker does not compute from the barrier on: it wakes, pulls the
+  initial center and sets up its state first, while the others do the same
+  on the same cores (tens of milliseconds on a loaded 2-core machine). A
+  worker without timed windows starts at the others' median.
+
+  Raises:
+    ValueError: one line, when the run has no timed windows.
+  """
+  windows = _trace_windows(run_dir)
+  first = {k: min(start for _, start, _ in w) for k, w in windows.items()}
+  middle = float(np.median(list(first.values())))
+  return [max(0.0, first.get(k, middle)) for k in range(max(windows) + 1)]
+
+
+def _trace_windows(run_dir: str) -> Dict[int, List[tuple]]:
+  """Per worker: (commit time, window start, step time) of each timed window."""
   windows: Dict[int, List[tuple]] = {}
   lam = None
   try:
@@ -329,14 +360,11 @@ def read_trace(run_dir: str) -> List[np.ndarray]:
         steps = len(row.get("step_accuracy") or ()) or lam
         if steps and end >= start:
           windows.setdefault(int(row["worker"]), []).append(
-              (float(row["time"]), (end - start) / steps))
+              (float(row["time"]), float(start), (end - start) / steps))
   if not windows:
     raise ValueError(f"--speed_model=trace:{run_dir}: its metrics.jsonl has "
                      "no commit rows with window times (a processes run's)")
-  everyone = [t for w in windows.values() for _, t in w]
-  return [np.array([t for _, t in sorted(windows[k])]) if k in windows
-          else np.array([float(np.median(everyone))])
-          for k in range(max(windows) + 1)]
+  return windows
 
 
 # --- The time model -----------------------------------------------------------
@@ -361,6 +389,9 @@ class TimeModel:
     unit: "seconds", or "steps" for the `none` cluster.
     record: more to record (`describe`), e.g. bandwidth and latency.
     trace: for `trace:` models, `read_trace`'s arrays (None: read them).
+    trace_starts: for `trace:` models, `read_trace_starts`' times (None:
+      read them with the arrays, or 0 for every worker when `trace` is
+      given).
 
   Raises:
     ValueError: a `speeds:` model without one speed per worker, or a trace
@@ -381,7 +412,8 @@ class TimeModel:
                speed_model="constant", seed: int = 0,
                pull_before_commit: bool = False, cluster: str = "custom",
                unit: str = "seconds", record: Optional[Dict] = None,
-               trace: Optional[Sequence[np.ndarray]] = None):
+               trace: Optional[Sequence[np.ndarray]] = None,
+               trace_starts: Optional[Sequence[float]] = None):
     for name, value in (("step_seconds", step_seconds),
                         ("commit_seconds", commit_seconds),
                         ("pull_seconds", pull_seconds),
@@ -406,6 +438,8 @@ class TimeModel:
     self._speeds = np.ones(n)
     self._chunks: Dict[tuple, np.ndarray] = {}
     self._trace = None
+    self._starts = [0.0]
+    self._message_scales = [1.0]
     if speed_model.kind == "lognormal":
       z = np.random.default_rng([self.seed, _SALT, 2**31]).standard_normal(n)
       self._speeds = np.exp(speed_model.sigma * z)
@@ -421,6 +455,39 @@ class TimeModel:
                          "--cluster=this_host or paper)")
       self._trace = (list(trace) if trace is not None else
                      read_trace(speed_model.trace_dir))
+      if trace_starts is not None:
+        self._starts = [float(t) for t in trace_starts]
+      elif trace is None:
+        self._starts = read_trace_starts(speed_model.trace_dir)
+      # A worker's commit and pull are its own work too (the jitted commit,
+      # the copies, waking to poll): one whose core is shared with more is
+      # as much slower at them as at its windows. In processes runs of
+      # digits here, the worker with 1.8 to 3 times the other's window time
+      # took 1.8 to 3.5 times its time between windows. The first window
+      # (the kernel's first call) says nothing of that.
+      typical = [float(np.mean(t[1:] if len(t) > 1 else t))
+                 for t in self._trace]
+      middle = float(np.mean(typical))
+      self._message_scales = [t / middle if middle > 0 else 1.0
+                              for t in typical]
+
+  def start_seconds(self, worker: int) -> float:
+    """When `worker` begins its first window (0 but for a trace)."""
+    return self._starts[worker % len(self._starts)]
+
+  def commit_seconds_of(self, worker: int) -> float:
+    """`worker`'s commit message: `commit_seconds`, scaled for a trace.
+
+    A trace's worker sends it as much faster or slower as its windows are
+    than the mean of the trace's workers' (each without its first window).
+    """
+    return self.commit_seconds * self._message_scales[
+        worker % len(self._message_scales)]
+
+  def pull_seconds_of(self, worker: int) -> float:
+    """`worker`'s pull message (see `commit_seconds_of`)."""
+    return self.pull_seconds * self._message_scales[
+        worker % len(self._message_scales)]
 
   def worker_speeds(self) -> List[float]:
     """Each worker's speed factor (1 for models that vary by window)."""
@@ -465,6 +532,12 @@ class TimeModel:
     }
     if self.speed_model.kind in ("lognormal", "speeds"):
       out["worker_speeds"] = self.worker_speeds()
+    if self.speed_model.kind == "trace":
+      out["worker_starts"] = [self.start_seconds(k)
+                              for k in range(self.num_workers)]
+      out["worker_message_scales"] = [
+          self._message_scales[k % len(self._message_scales)]
+          for k in range(self.num_workers)]
     out.update(self.record)
     return out
 
@@ -585,7 +658,8 @@ class EventSchedule:
     num_windows: windows in each worker's share.
 
   Ties (commits that arrive at the same time) go by worker index. Every
-  worker starts at time 0.
+  worker starts at time 0, or when the replayed run's did
+  (`TimeModel.start_seconds`).
 
   Example:
     >>> model = TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=3,
@@ -598,7 +672,7 @@ class EventSchedule:
     self.model = model
     self.num_windows = int(num_windows)
     n = model.num_workers
-    self._ready = [0.0] * n
+    self._ready = [model.start_seconds(k) for k in range(n)]
     self._next_window = [0] * n
     self._server_free = 0.0
     self._build_heap()
@@ -607,8 +681,8 @@ class EventSchedule:
     m = self.model
     start = self._ready[worker]
     end = start + m.window_seconds(worker, self._next_window[worker])
-    arrival = end + m.commit_seconds + (m.pull_seconds if m.pull_before_commit
-                                        else 0.0)
+    arrival = end + m.commit_seconds_of(worker) + (
+        m.pull_seconds_of(worker) if m.pull_before_commit else 0.0)
     return arrival, worker, start, end
 
   def _build_heap(self):
@@ -636,7 +710,7 @@ class EventSchedule:
     # A pull-before-commit worker goes on once its commit is sent; the
     # others once the center their commit's reply carries has arrived.
     self._ready[k] = (commit.arrival if self.model.pull_before_commit else
-                      commit.applied + self.model.pull_seconds)
+                      commit.applied + self.model.pull_seconds_of(k))
     self._next_window[k] += 1
     if self._next_window[k] < self.num_windows:
       heapq.heappush(self._heap, self._arrival(k))

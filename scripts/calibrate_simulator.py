@@ -8,14 +8,23 @@ For each configuration (digits with the default MLP, and the paper MLP
 2. the simulated backend trains the same configuration with
    `--cluster=this_host --speed_model=trace:RUN_DIR`: each worker's windows
    last what that processes run's did, and the commits, pulls and applies
-   cost what `agn_jax.runtime.calibration` measured here;
+   cost what `agn_jax.runtime.calibration` measures here right after that
+   run (a fresh measurement for each run, not the shared cache: on a loaded
+   shared machine a digits commit and pull, window end to next window
+   start, took from 1.6 to 7.8 ms on average within one hour);
 3. the same with `--speed_model=constant`: the measured step time alone.
 
 Per run it reports `projected_over_measured` (the simulated time of the last
 commit ÷ the processes run's, both from the start barrier; target 0.85 to
 1.15) and `staleness_tv_distance` (the total-variation distance between the
-two runs' staleness histograms, ½ Σ |p − q|; target ≤ 0.2). Prints one JSON
-object. Minutes on a quiet 2-core machine:
+two runs' staleness histograms, ½ Σ |p − q|; target ≤ 0.2), and beside them
+`gap_ms`: the mean time from a window's end to the same worker's next window
+while all workers ran (`calibration.steady_state`), in the processes run and
+in the time model (its commit, apply and pull), and `with_run_costs`: both
+numbers again for the trace's schedule with the run's own mean commit and
+pull (`with_run_costs`), which tell a miss of this_host's measurement from
+one of the event model. Prints one JSON object. Minutes on a quiet 2-core
+machine:
 
     python scripts/calibrate_simulator.py
 
@@ -25,6 +34,7 @@ A quicker, noisier one:
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -65,6 +75,45 @@ def _histogram(values):
   return {int(s): int(c) for s, c in enumerate(counts) if c}
 
 
+def with_run_costs(run_dir, rows, model):
+  """The trace's schedule with the processes run's own mean commit and pull.
+
+  Every window but each worker's first gives a window's end to its apply
+  (commit and apply) and to the next window's start (and the pull); the
+  apply stays the model's. What is left of a miss then is the event model's
+  own (the order, the server's queue), not what the messages cost at the
+  moment this_host was measured.
+
+  Returns:
+    (its last commit's time ÷ the run's, the staleness TV distance).
+  """
+  from agn_jax import cluster  # pylint: disable=g-import-not-at-top
+  mine = {}
+  for r in rows:
+    mine.setdefault(r["worker"], []).append(r)
+  applied, gap = [], []
+  for m in mine.values():
+    m.sort(key=lambda r: r["time"])
+    for before, after in zip(m[1:], m[2:] + [None]):
+      applied.append(before["time"] - before["window_end"])
+      if after is not None:
+        gap.append(after["window_start"] - before["window_end"])
+  if not gap:
+    return None, None
+  apply = model["server_apply_seconds"]
+  commit = max(0.0, float(np.mean(applied)) - apply)
+  n = model.get("num_workers", len(mine))
+  times = cluster.TimeModel(
+      1.0, commit, max(0.0, float(np.mean(gap)) - commit - apply), apply,
+      num_workers=n, communication_window=model["communication_window"],
+      speed_model=f"trace:{run_dir}")
+  schedule = list(cluster.EventSchedule(
+      times, max(len(m) for m in mine.values())).drain())
+  ratio = schedule[-1].applied / max(r["time"] for r in rows)
+  return round(ratio, 3), round(tv_distance(
+      [r["staleness"] for r in rows], cluster.staleness_of(schedule, n)), 3)
+
+
 def _setups(args):
   from agn_jax.data import load_digits, load_synthetic  # pylint: disable=g-import-not-at-top
   digits = load_digits()
@@ -81,10 +130,11 @@ def _setups(args):
   ]
 
 
-def calibrate(name, dataset, settings, n, windows, root, cache_dir):
+def calibrate(name, dataset, settings, n, windows, root, cache_dir,
+              this_host_cache=None):
   """One configuration at n workers: the processes run and its two simulations."""
   from agn_jax import TrainConfig  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import train  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime import calibration, train  # pylint: disable=g-import-not-at-top
   lam, batch = settings["communication_window"], settings["batch_size"]
   epochs = (windows * lam * batch + 0.5) * n / len(dataset.x_train)
 
@@ -96,12 +146,16 @@ def calibrate(name, dataset, settings, n, windows, root, cache_dir):
 
   real = config("processes", backend="processes")
   t = time.time()
-  train(real, dataset=dataset, cache_dir=cache_dir)
+  train(dataclasses.replace(real, cache_dir=cache_dir), dataset=dataset)
   processes_wall = time.time() - t
   measured = _rows(real.workdir)
   result = {"num_workers": n, "windows_per_worker": windows,
             "communication_window": lam, "batch_size": batch,
             "processes_wall_seconds": round(processes_wall, 1)}
+  # The simulations find this_host's numbers here; a fresh directory
+  # measures them now, under the load the processes run just had.
+  calibration.DEFAULT_CACHE_DIR = this_host_cache or os.path.join(
+      root, "this_host", f"{name}-n{n}")
   simulations = {}
   for tag, speed_model in (("trace", f"trace:{real.workdir}"),
                            ("constant", "constant")):
@@ -115,6 +169,10 @@ def calibrate(name, dataset, settings, n, windows, root, cache_dir):
   constant_seconds = max(r["sim_time"] for r in simulations["constant"][1])
   real_staleness = [r["staleness"] for r in measured]
   sim_staleness = [r["staleness"] for r in projected]
+  model = dict(summary["simulation"]["time_model"], num_workers=n,
+               communication_window=lam)
+  steady = calibration.steady_state(measured)
+  own_ratio, own_tv = with_run_costs(real.workdir, measured, model)
   result.update(
       projected_over_measured=round(projected_seconds / measured_seconds, 3),
       staleness_tv_distance=round(tv_distance(real_staleness, sim_staleness),
@@ -126,6 +184,14 @@ def calibrate(name, dataset, settings, n, windows, root, cache_dir):
       constant_staleness_tv_distance=round(tv_distance(
           real_staleness,
           [r["staleness"] for r in simulations["constant"][1]]), 3),
+      gap_ms={"measured": (round(1e3 * steady["gap_seconds"], 3)
+                           if steady["windows"] else None),
+              "modeled": round(1e3 * (model["commit_seconds"] +
+                                      model["server_apply_seconds"] +
+                                      model["pull_seconds"]), 3),
+              "windows": steady["windows"]},
+      with_run_costs={"projected_over_measured": own_ratio,
+                      "staleness_tv_distance": own_tv},
       commits=[len(measured), len(projected)],
       staleness_measured=_histogram(real_staleness),
       staleness_projected=_histogram(sim_staleness),
@@ -151,6 +217,10 @@ def main():
   parser.add_argument("--root", default=None,
                       help="where the runs go (default: a fresh temporary "
                       "directory)")
+  parser.add_argument("--this_host_cache", default=None,
+                      help="the this_host measurements to use, e.g. "
+                      "~/.cache/agn_jax/this_host (default: measured anew "
+                      "after each processes run, under ROOT/this_host)")
   args = parser.parse_args()
   workers = [int(n) for n in args.workers.split(",") if n]
   if not workers or min(workers) < 1 or args.windows < 2:
@@ -165,7 +235,7 @@ def main():
       continue
     for n in workers:
       runs[f"{name}-n{n}"] = calibrate(name, dataset, settings, n, windows,
-                                       root, cache_dir)
+                                       root, cache_dir, args.this_host_cache)
   print(json.dumps({
       "benchmark": "simulator_calibration",
       "runs": runs,

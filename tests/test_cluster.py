@@ -250,6 +250,78 @@ def test_trace_replays_a_runs_step_times(tmp_path):
     cluster.read_trace(empty)
 
 
+def test_trace_replays_when_each_worker_began(tmp_path):
+  # After the start barrier worker 0 began computing at 0.02 s, worker 1
+  # only at 0.3 s; windows of 4 steps of 0.1 s.
+  run = _write_trace(tmp_path / "run", 4, [(0, 0.02, 0.42), (1, 0.3, 0.7),
+                                           (0, 0.5, 0.9)])
+  assert cluster.read_trace_starts(run) == [0.02, 0.3]
+  model = _model(3, lam=4, speed_model=f"trace:{run}", commit=0.01)
+  assert model.describe()["worker_starts"] == [0.02, 0.3, 0.02]
+  first = list(cluster.EventSchedule(model, 1).drain())
+  # Worker 2 replays worker 0: both arrive at 0.43 (the tie goes by index).
+  assert [c.worker for c in first] == [0, 2, 1]
+  np.testing.assert_allclose(
+      [(c.window_start, c.window_end, c.applied) for c in first],
+      [(0.02, 0.42, 0.43), (0.02, 0.42, 0.43), (0.3, 0.7, 0.71)])
+  # Arrays given without their starts: every worker starts at 0.
+  given = cluster.TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2,
+                            communication_window=4,
+                            speed_model=f"trace:{run}",
+                            trace=cluster.read_trace(run))
+  assert [given.start_seconds(k) for k in range(2)] == [0.0, 0.0]
+
+
+def test_trace_slows_a_workers_messages_as_its_windows(tmp_path):
+  # Past their first windows (a kernel's first call: left out), worker 0's
+  # steps took 0.1 s and worker 1's 0.3 s: half and 1.5 times their mean.
+  run = _write_trace(tmp_path / "run", 4, [
+      (0, 0.0, 4.0), (1, 0.0, 0.4), (0, 4.1, 4.5), (1, 0.5, 1.7),
+      (0, 4.6, 5.0), (1, 1.8, 3.0)])
+  model = _model(3, lam=4, speed_model=f"trace:{run}", commit=0.02,
+                 pull=0.04)
+  assert model.describe()["worker_message_scales"] == pytest.approx(
+      [0.5, 1.5, 0.5])
+  assert [model.commit_seconds_of(k) for k in range(3)] == pytest.approx(
+      [0.01, 0.03, 0.01])
+  assert model.pull_seconds_of(1) == pytest.approx(0.06)
+  # Worker 1's first window (4 steps of 0.1 s) ends at 0.4; its commit
+  # arrives 0.03 s later, its next window starts 0.06 s after the apply.
+  commits = list(cluster.EventSchedule(model, 2).drain())
+  first = [c for c in commits if c.worker == 1]
+  assert first[0].applied == pytest.approx(0.43)
+  assert first[1].window_start == pytest.approx(0.49)
+  # Other speed models leave every worker's messages alike.
+  plain = _model(2, speed_model="lognormal:1.0", commit=0.02)
+  assert [plain.commit_seconds_of(k) for k in range(2)] == [0.02, 0.02]
+
+
+def test_this_host_counts_only_windows_while_every_worker_runs():
+  from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+  def row(worker, start, end, applied):
+    return {"event": "commit", "worker": worker, "time": applied,
+            "window_start": start, "window_end": end}
+  # Worker 1's first window (its first call) ends at 1.0: until then worker
+  # 0 runs alone, with 0.4 s from a window's end to its next one; both
+  # run from 1.0 to 2.6 (gaps of 0.1 and 0.2); worker 1 then ends alone.
+  rows = [row(0, 0.0, 0.1, 0.15), row(0, 0.5, 0.6, 0.65),
+          row(0, 1.0, 1.1, 1.15), row(0, 1.2, 1.3, 1.35),
+          row(0, 1.5, 1.6, 1.65), row(0, 1.7, 1.8, 1.85),
+          row(0, 2.0, 2.1, 2.6),
+          row(1, 0.0, 1.0, 1.05), row(1, 1.1, 1.2, 1.25),
+          row(1, 1.3, 1.4, 1.45), row(1, 1.5, 1.6, 1.65),
+          row(1, 1.7, 1.8, 1.85), row(1, 1.9, 2.0, 2.05),
+          row(1, 2.8, 2.9, 2.95), row(1, 3.4, 3.5, 3.55)]
+  steady = calibration.steady_state(rows, warm_up=1)
+  # Counted: worker 0's windows from 1.0 to 1.7 (gaps 0.1, 0.2, 0.1, 0.2)
+  # and worker 1's from 1.1 to 1.7 (0.1 each); not worker 1's from 1.9 (its
+  # next window starts after worker 0's last commit) nor worker 0's last.
+  assert steady["windows"] == 8
+  assert steady["gap_seconds"] == pytest.approx((0.6 + 4 * 0.1) / 8)
+  assert steady["end_to_applied_seconds"] == pytest.approx(0.05)
+  assert steady["stagger_seconds"] == pytest.approx(1.0)
+
+
 def test_restored_schedule_continues_exactly():
   model = _model(3, speed_model="random:0.7", step=0.1, commit=0.01,
                  pull=0.01, apply=0.02)

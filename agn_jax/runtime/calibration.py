@@ -3,9 +3,10 @@
 A short measurement in a child process: first a short run of the processes
 backend itself (as many workers as the run would have on each core, a few
 windows of the run's model, optimizer and batch on random data), whose
-rows give a step's time and what a commit and a pull really cost between
-processes (from a window's end to its commit's apply, and from there to the
-next window's start); then, in the child placed as a processes worker (its
+rows, while all its workers run (`steady_state`), give a step's time and
+what a commit and a pull really cost between processes (from a window's
+end to its commit's apply, and from there to the next window's start);
+then, in the child placed as a processes worker (its
 cores and threads, `agn_jax.runtime.placement`), the server's jitted apply
 and its copy into shared memory, and the worker's jitted half-steps, in the
 order a worker and the server run them. The result is an
@@ -25,20 +26,22 @@ import platform as platform_lib
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from agn_jax import cluster as cluster_lib
+from agn_jax import config as config_lib
 from agn_jax.runtime import placement as placement_lib
 
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "agn_jax", "this_host")
 # Fields of the run that change what a step, a commit or an apply costs.
-_KEYS = ("strategy", "model", "hidden_sizes", "batch_size",
-         "communication_window", "worker_optimizer", "normalization",
-         "server_optimizer")
+_KEYS = config_lib.fields_where("cost")
 _MEASURE_SECONDS = 0.6  # Per quantity; enough for a stable median here.
-_METHOD = 4  # In the cache key: a new way of measuring measures anew.
+_METHOD = 5  # In the cache key: a new way of measuring measures anew.
+_STEADY_WINDOWS = 8  # A worker's windows, at least, while all workers run.
+_MAX_WINDOWS = 2000  # A worker's windows in a longer run, at most.
+_ATTEMPTS = 3  # Processes runs, at most, to find all workers running.
 
 
 def _cpu_name() -> str:
@@ -184,23 +187,137 @@ def _median_seconds(fn, seconds: float = _MEASURE_SECONDS,
   return float(np.median(times))
 
 
-def _processes_run(s: Dict[str, Any], lam: int, windows: int = 16,
-                   warm_up: int = 2) -> Dict[str, float]:
-  """A short run of the processes backend on random data: medians of its rows.
+def steady_state(rows: Sequence[Dict[str, Any]], warm_up: int = 2,
+                 all_running: bool = True) -> Dict[str, float]:
+  """What a window, a commit and a pull cost while every worker of a processes run runs.
 
-  As many workers as the run has on each core (`cores // threads`), `windows`
-  windows each of `lam` steps. Each worker's first `warm_up` windows (and
-  their gaps) are left out: caches and pages are still cold there (they ran
-  at up to 3 times the later windows' time here).
+  A worker's first window holds the first call of its window kernel (its
+  tracing, 0.1 to 3.6 s on a loaded 2-core machine), so the workers that
+  are through theirs early run alone meanwhile, and the late ones alone at
+  the end. A lone worker's commit and pull took 2 to 3 times as long as
+  while all ran (window end to next window start, medians within the same
+  runs of digits: 4.1 against 1.3 ms, 4.2 against 1.4 ms), and a run of
+  16 windows a worker was often lone from start to end. The time model's
+  workers all run, so only windows of the phase in which all do count:
+  those that start once every worker's first window has ended and are
+  followed by another window of the same worker before any worker's last
+  commit was applied; each worker's first `warm_up` windows never count
+  (caches and pages are still cold there). Means, not medians: the time
+  model adds these costs up, and they are skewed (mean ÷ median of a gap:
+  1.1 to 1.6 here).
+
+  Args:
+    rows: the run's metrics.jsonl rows.
+    warm_up: each worker's first windows left out.
+    all_running: False counts every window after the first `warm_up` ones,
+      whoever ran meanwhile.
+
+  Returns:
+    `window_seconds`, `end_to_applied_seconds` (a window's end to its
+    commit's apply) and `gap_seconds` (a window's end to the next one's
+    start): means over the phase; `windows`: how many it holds;
+    `stagger_seconds`: from the first window's start until every worker's
+    first window had ended; `cycle_seconds`: the median of a window plus
+    its gap over all windows but the first ones.
+
+  Example:
+    Worker 1's first window lasts until 3.0; worker 0 runs alone until
+    then (gaps of 0.7) and finishes alone after worker 1's last commit at
+    5.0. Worker 0's window from 3.2 and worker 1's from 3.2, 3.7 and 4.2
+    (gaps of 0.3) count:
+
+    >>> def row(worker, start, end, applied):
+    ...   return {"event": "commit", "worker": worker, "time": applied,
+    ...           "window_start": start, "window_end": end}
+    >>> rows = ([row(0, 0.0, 1.0, 1.1)] +
+    ...         [row(0, 1.2 + i, 1.5 + i, 1.6 + i) for i in range(5)] +
+    ...         [row(1, 0.0, 3.0, 3.1), row(1, 3.2, 3.4, 3.5),
+    ...          row(1, 3.7, 3.9, 4.0), row(1, 4.2, 4.4, 4.5),
+    ...          row(1, 4.7, 4.9, 5.0)])
+    >>> s = steady_state(rows, warm_up=1)
+    >>> s["windows"], round(s["gap_seconds"], 3), s["stagger_seconds"]
+    (4, 0.4, 3.0)
   """
+  mine: Dict[int, List[Dict[str, Any]]] = {}
+  for r in rows:
+    if (r.get("event") == "commit" and
+        isinstance(r.get("window_start"), (int, float)) and
+        isinstance(r.get("window_end"), (int, float))):
+      mine.setdefault(int(r["worker"]), []).append(r)
+  if not mine:
+    raise RuntimeError("the processes run made no timed commits")
+  for m in mine.values():
+    m.sort(key=lambda r: r["time"])
+  begin = max(m[0]["window_end"] for m in mine.values())
+  end = min(m[-1]["time"] for m in mine.values())
+  window, applied, gap, cycle = [], [], [], []
+  for m in mine.values():
+    for i, (before, after) in enumerate(zip(m, m[1:])):
+      if i == 0:
+        continue
+      between = after["window_start"] - before["window_end"]
+      cycle.append(before["window_end"] - before["window_start"] + between)
+      if i >= warm_up and (not all_running or (
+          before["window_start"] >= begin and after["window_start"] <= end)):
+        window.append(before["window_end"] - before["window_start"])
+        applied.append(before["time"] - before["window_end"])
+        gap.append(between)
+  first = min(m[0]["window_start"] for m in mine.values())
+  out = {"windows": len(window), "stagger_seconds": begin - first,
+         "cycle_seconds": float(np.median(cycle)) if cycle else math.nan}
+  if window:
+    out.update(window_seconds=float(np.mean(window)),
+               end_to_applied_seconds=float(np.mean(applied)),
+               gap_seconds=float(np.mean(gap)))
+  return out
+
+
+def _processes_run(s: Dict[str, Any], lam: int,
+                   windows: int = 16) -> Dict[str, float]:
+  """A run of the processes backend on random data: `steady_state` of its rows.
+
+  As many workers as the run has on each core (`cores // threads`), each
+  `windows` windows of `lam` steps at first. When the phase in which all
+  run holds fewer than `_STEADY_WINDOWS` windows a worker (a small model's
+  windows are milliseconds long, a worker's first window 0.1 to 3.6 s on a
+  loaded machine), the run is made again, at least twice as long and long
+  enough to outlast the longest stagger seen twice over, up to
+  `_ATTEMPTS` runs. If the workers never all ran at once, the windows
+  after each worker's first count (`all_ran` False in the result): the
+  costs of lone workers, higher than those of a run's steady state.
+  """
+  workers = max(1, s["machine"]["cores"] // s["threads"])
+  longest = 0.0
+  for attempt in range(_ATTEMPTS):
+    rows = _one_processes_run(s, lam, windows, workers)
+    result = steady_state(rows)
+    if (result["windows"] >= _STEADY_WINDOWS * workers or
+        attempt + 1 == _ATTEMPTS or not result["cycle_seconds"] > 0):
+      break
+    longest = max(longest, result["stagger_seconds"])
+    windows = int(min(_MAX_WINDOWS, max(2 * windows, 2 * _STEADY_WINDOWS +
+                                        math.ceil(2 * longest /
+                                                  result["cycle_seconds"]))))
+  all_ran = result["windows"] > 0
+  if not all_ran:
+    result = steady_state(rows, all_running=False)
+  if "gap_seconds" not in result:
+    raise RuntimeError("the processes run made too few commits to measure")
+  return dict(result, workers=workers, windows_per_worker=windows,
+              runs=attempt + 1, all_ran=all_ran)
+
+
+def _one_processes_run(s: Dict[str, Any], lam: int, windows: int,
+                       workers: int) -> List[Dict[str, Any]]:
   import shutil  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
   from agn_jax.config import TrainConfig  # pylint: disable=g-import-not-at-top
   from agn_jax.data.dataset import Dataset  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.launcher import train  # pylint: disable=g-import-not-at-top
-  workers = max(1, s["machine"]["cores"] // s["threads"])
   batch = s["run"]["batch_size"]
-  per_worker = windows * lam * batch + 1
+  # The workers sample their shards over and over: the data need not grow
+  # with the windows.
+  per_worker = min(windows, 64) * lam * batch + 1
   rng = np.random.default_rng(0)
   shape = tuple(s["input_shape"])
   classes = s["num_classes"]
@@ -210,11 +327,12 @@ def _processes_run(s: Dict[str, Any], lam: int, windows: int = 16,
       rng.standard_normal((64,) + shape).astype(np.float32),
       rng.integers(0, classes, 64).astype(np.int32), classes, shape,
       "calibration")
+  epochs = (windows * lam * batch + 0.5) / per_worker
   workdir = tempfile.mkdtemp(prefix="agn_calibration_")
   try:
     run = dict(s["run"], learning_rate=s["learning_rate"],
                communication_window=lam, num_workers=workers,
-               dataset="synthetic", epochs=1.0, backend="processes",
+               dataset="synthetic", epochs=epochs, backend="processes",
                eval_every_seconds=0.0, checkpoints=False,
                workdir=os.path.join(workdir, "run"))
     train(TrainConfig.from_dict(run), dataset=data)
@@ -222,23 +340,7 @@ def _processes_run(s: Dict[str, Any], lam: int, windows: int = 16,
       rows = [json.loads(line) for line in f if line.strip()]
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
-  commits = {}
-  for row in rows:
-    if row.get("event") == "commit" and row.get("window_start") is not None:
-      commits.setdefault(row["worker"], []).append(row)
-  window, applied, gap = [], [], []
-  for mine in commits.values():
-    mine.sort(key=lambda r: r["time"])
-    for before, after in zip(mine[warm_up:], mine[warm_up + 1:] + [None]):
-      window.append(before["window_end"] - before["window_start"])
-      applied.append(before["time"] - before["window_end"])
-      if after is not None:
-        gap.append(after["window_start"] - before["window_end"])
-  if not window or not gap:
-    raise RuntimeError("the processes run made too few commits to measure")
-  return {"window_seconds": float(np.median(window)),
-          "end_to_applied_seconds": float(np.median(applied)),
-          "gap_seconds": float(np.median(gap)), "workers": workers}
+  return rows
 
 
 def _measure_here(s: Dict[str, Any]) -> Dict[str, Any]:
