@@ -118,8 +118,8 @@ NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
 # * latency_ms = 1: assumed (gigabit Ethernet plus Python's socket calls);
 #   with 19 MB messages it hardly matters.
 # * bandwidth_gbps = 0.30: 19.19 MB × 8 / (0.512 s − 1 ms) = 0.3006 Gb/s.
-#   The network was 1 Gb/s; the pickled arrays crossed Python sockets at a
-#   third of it.
+#   The thesis' nodes had a 10 Gb/s interconnect; the pickled arrays
+#   crossed Python sockets (Spark's driver) at 3 % of it.
 # * server_bytes_per_second = 40 MB/s: 19.19 MB / 0.480 s (the single
 #   Python server deserialises, adds and answers under one lock). Beyond
 #   n = 30 its queue is what made commits wait.
