@@ -27,15 +27,8 @@ PAPER_PARAMS = 4_798_010
 
 def machine():
   """A description of the machine the numbers come from."""
-  cpu = platform.processor()
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          cpu = line.split(":", 1)[1].strip()
-          break
-  except OSError:
-    pass
+  from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+  cpu = calibration.cpu_name()
   try:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
   except (ValueError, OSError):

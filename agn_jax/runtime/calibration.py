@@ -44,7 +44,8 @@ _MAX_WINDOWS = 2000  # A worker's windows in a longer run, at most.
 _ATTEMPTS = 3  # Processes runs, at most, to find all workers running.
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+  """The processor's model name (from /proc/cpuinfo where there is one)."""
   try:
     with open("/proc/cpuinfo") as f:
       for line in f:
@@ -80,7 +81,7 @@ def spec(config, input_shape: Sequence[int], num_classes: int,
       "num_classes": int(num_classes),
       "threads": max(1, len(cores) // config.num_workers),
       "cores": list(worker.cpu_affinity or cores[:1]),
-      "machine": {"cpu": _cpu_name(), "cores": len(cores),
+      "machine": {"cpu": cpu_name(), "cores": len(cores),
                   "jax": importlib.metadata.version("jax")},
   }
 

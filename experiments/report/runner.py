@@ -75,15 +75,8 @@ class Study:
 def where() -> Dict[str, str]:
   """This machine and JAX's default device, for the ledger."""
   import jax  # pylint: disable=g-import-not-at-top
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          cpu = line.split(":", 1)[1].strip()
-          break
-  except OSError:
-    pass
+  from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+  cpu = calibration.cpu_name() or platform.machine()
   device = jax.devices()[0]
   return {"machine": f"{os.cpu_count()} × {cpu}",
           "device": f"{device.platform}: {device.device_kind}"}
