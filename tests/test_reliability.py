@@ -197,6 +197,42 @@ def test_resume_continues_the_interrupted_run(interrupted, tmp_path):
   assert_nothing_left(workdir)
 
 
+def test_a_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
+  # SIGKILL gives the driver no chance to clean up: its children notice
+  # they were re-parented and end, and the resource tracker unlinks.
+  import psutil  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", *TINY, "--epochs=1000",
+       f"--workdir={workdir}"], cwd=REPO, stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.monotonic() + 90
+    metrics = workdir / "metrics.jsonl"
+    while not (metrics.exists() and '"commit"' in metrics.read_text()):
+      assert process.poll() is None and time.monotonic() < deadline
+      time.sleep(0.05)
+    pids = json.loads((workdir / "pids.json").read_text())
+    assert pids["shm_segments"]
+    process.kill()
+    process.wait()
+    parts = [pids["server"], pids["evaluator"], *pids["workers"]]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+      alive = [p for p in parts if psutil.pid_exists(p) and
+               psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+      left = [n for n in pids["shm_segments"]
+              if os.path.exists(f"/dev/shm/{n}")]
+      if not alive and not left:
+        break
+      time.sleep(0.1)
+    assert not alive and not left, (alive, left)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+
+
 def test_resume_from_a_missing_workdir(tmp_path):
   workdir = tmp_path / "nope"
   line = assert_one_line_error(run_cli(*TINY, f"--workdir={workdir}", "--resume"))
