@@ -18,6 +18,8 @@ Example:
 
 import os
 import signal
+import sys
+import threading
 from typing import Callable, Optional
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -54,4 +56,30 @@ def take_over(program: str, cleanup: Optional[Callable[[], None]] = None
     os._exit(128 + signum)  # pylint: disable=protected-access
   signal.signal(signal.SIGINT, signal.default_int_handler)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  redeliver_dropped_interrupts()
   signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
+
+def redeliver_dropped_interrupts() -> None:
+  """Sends again a Ctrl-C (or SIGTERM) whose exception Python dropped.
+
+  Python prints and drops an exception raised where it cannot propagate:
+  in a `__del__`, or in a garbage-collection callback such as JAX's. An
+  interrupt that lands there would be lost and the run would go on. The
+  signal is sent again from another thread, so its handler runs afresh in
+  the main thread, in whatever code runs next.
+  """
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if (unraisable.exc_type is not None and
+        issubclass(unraisable.exc_type, KeyboardInterrupt)):
+      # SIGTERM's interrupt is `agn_jax.errors.Terminated`.
+      signum = (signal.SIGTERM if unraisable.exc_type.__name__ == "Terminated"
+                else signal.SIGINT)
+      threading.Thread(target=os.kill, args=(os.getpid(), signum),
+                       daemon=True).start()
+      return
+    previous(unraisable)
+
+  sys.unraisablehook = hook

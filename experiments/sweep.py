@@ -57,6 +57,7 @@ from agn_jax.runtime import workdir as workdir_lib
 from experiments import compare
 from experiments import curves
 from experiments import flags as flags_lib
+from experiments import startup
 from experiments import train as train_lib
 
 FLAGS = flags.FLAGS
@@ -591,6 +592,7 @@ def _cell_name(cell: Cell) -> str:
 def main(argv):
   program = "sweep"
   del argv
+  startup.redeliver_dropped_interrupts()
   from agn_jax import runtime  # pylint: disable=g-import-not-at-top
 
   typed = typed_flags(sys.argv, FLAGS)

@@ -327,3 +327,26 @@ def test_sigterm_exits_143(tmp_path):
   assert stderr.strip().splitlines()[-1].startswith("train: error: terminated")
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["interrupted"] is True
+
+
+@pytest.mark.parametrize("exception, code", [
+    ("KeyboardInterrupt", -signal.SIGINT),  # Python's own handler: killed.
+    ("__import__('agn_jax.errors').errors.Terminated", -signal.SIGTERM)])
+def test_an_interrupt_python_dropped_is_sent_again(exception, code):
+  # An exception raised in __del__ (as in a gc callback) cannot propagate:
+  # Python prints and drops it. The CLI sends the signal again instead.
+  script = (
+      "import signal, sys, time\n"
+      "from experiments import startup\n"
+      "startup.hold_while_loading()\n"
+      "startup.take_over('probe')\n"
+      "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+      "class Dropped:\n"
+      f"  def __del__(self): raise {exception}\n"
+      "Dropped()\n"
+      "time.sleep(20)\n"
+      "print('went on')\n")
+  result = subprocess.run([sys.executable, "-c", script], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+  assert "went on" not in result.stdout
+  assert result.returncode == code, result.stderr
