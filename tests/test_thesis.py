@@ -1,6 +1,6 @@
 """`experiments.report.thesis` against facts stated apart from the thesis' digits.
 
-PAPER.md (/work/shared) quotes the headline cell and the range of E; the
+The paper (ACML 2017) quotes the headline cell and the range of E; the
 thesis' tables set the better of each AGN/AEASGD pair in bold, and those marks,
 transcribed here from the LaTeX apart from the digits, must agree with them.
 """
@@ -9,7 +9,7 @@ import itertools
 
 from experiments.report import thesis
 
-# PAPER.md: "n = 40, λ = 40 — AGN 98.18 % test accuracy in 257.62 s; AEASGD
+# The paper: "n = 40, λ = 40 — AGN 98.18 % test accuracy in 257.62 s; AEASGD
 # 97.45 % in 250.74 s" and "In the thesis' 7 × 7 table E runs from 0.88 to
 # 1.05"; the report quotes the fraction of cells with E > 1 as 69.73 %.
 PAPER_HEADLINE = {"agn_test_accuracy": 0.9818, "agn_seconds": 257.62,
@@ -99,7 +99,7 @@ def test_values_are_fractions_and_seconds():
       assert 0.94 <= getattr(figures, name) <= 1.0, (n, l, name)
       # Four decimals of a fraction: the thesis printed two of a percentage.
       assert round(getattr(figures, name), 4) == getattr(figures, name)
-    # PAPER.md: "runs of 250–1,250 s" (the longest is AEASGD's 1,256.09 s).
+    # The paper's summary: "runs of 250–1,250 s" (the longest is AEASGD's 1,256.09 s).
     assert 250 <= figures.agn_seconds <= 1300, (n, l)
     assert 250 <= figures.aeasgd_seconds <= 1300, (n, l)
 
