@@ -54,8 +54,13 @@ def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
           for r in downpour] == [(10, 1, 5.0), (20, 1, 5.0)]
   assert design._parsed(downpour[0].argv()).strategy == "downpour"
   ablation = p.section_runs(design.ABLATION)
-  assert {r.cell for r in ablation} == {(10, 10)}
+  assert {r.cell for r in ablation} == {(10, 10), (40, 10)}
   assert {r.epochs for r in ablation} == {10.0}
+  # The gap cell: n = 40 has the most workers; λ = 40 leaves 60,000 × 10 /
+  # (128 × 40 × 40) = 2.9 windows a worker, below 5; λ = 10 leaves 11.7.
+  assert p.gap_cell == (40, 10)
+  assert sorted(r.variant for r in ablation if r.cell == (40, 10)) == [
+      "alpha0.05", "alpha0.5"]
   backends = {r.variant: design._parsed(r.argv()).backend for r in ablation}
   assert backends["processes"] == "processes"
   assert backends["round_robin"] == backends["random"] == "simulated"
@@ -215,6 +220,14 @@ def test_sections_use_the_runs_they_name(study):
   alpha = summary(study_dir, "ablation", "aeasgd-n2-l2-s0-alpha0.5")
   assert alpha["config"]["elastic_learning_rate"] * alpha["config"][
       "rho"] == pytest.approx(0.5)
+  for variant, alpha in (("alpha0.05", 0.05), ("alpha0.5", 0.5)):
+    gap = summary(study_dir, "ablation", f"aeasgd-n4-l4-s0-{variant}")
+    assert gap["config"]["elastic_learning_rate"] * gap["config"][
+        "rho"] == pytest.approx(alpha)
+    row = next(line for line in section(text, "The ablation").splitlines()
+               if line.startswith(f"| {alpha:g} ") or
+               line.startswith(f"| {alpha:g} ("))
+    assert f"{100 * gap['final_test_accuracy']:.2f} %" in row
   nesterov = summary(study_dir, "diloco", "agn-n2-l2-s0-nesterov")
   assert nesterov["config"]["server_optimizer"] == "nesterov"
   assert nesterov["config"]["server_learning_rate"] == pytest.approx(0.35)
@@ -240,7 +253,10 @@ def test_completed_runs_keep_no_checkpoint_and_the_ledger_counts_them(study):
   assert set(books.ledger) == {f"{r.section}/{r.name}" for r in p.runs}
   for r in p.runs:
     assert not os.path.exists(os.path.join(r.path(study_dir), "checkpoints"))
-    assert books.ledger[f"{r.section}/{r.name}"]["completed"]
+    entry = books.ledger[f"{r.section}/{r.name}"]
+    assert entry["completed"]
+    # Training takes CPU time; a ledger that lost it would read 0.
+    assert entry["cpu_seconds"] > 0.1, entry
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ RANDOM_SPEEDS = "random:0.5"
 # AEASGD's α = ρη beside the thesis' 0.05 (η = 0.01): dist-keras' default
 # η = 0.1, so α = 0.5.
 ALPHA_VARIANT = 0.5
+THESIS_ALPHA = "alpha0.05"  # The variant name of a run at the thesis' α.
 # Each cell the report shows holds at least this many windows per worker
 # (the paper's grid had at least 11).
 MIN_WINDOWS = 5
@@ -93,6 +94,9 @@ class Preset(NamedTuple):
     seeds: seeds per grid cell.
     train_examples: the dataset's training examples (for the cost).
     ablation_cell: the (n, λ) of the ablation and DiLoCo runs.
+    gap_cell: the (n, λ) where AEASGD runs again with both α at the
+      ablation's budget: the most workers, then the longest window, that
+      keeps `MIN_WINDOWS` windows a worker (see `gap_cell`).
     layers: weight layers of the model, for λ ≈ (n + layers) / 2.
     platform: the `--platform` its runs ask for (None: JAX's default).
   """
@@ -106,6 +110,7 @@ class Preset(NamedTuple):
   ablation_cell: Tuple[int, int]
   layers: int
   platform: Optional[str] = None
+  gap_cell: Optional[Tuple[int, int]] = None
 
   @property
   def grid_cells(self) -> Tuple[Tuple[int, int], ...]:
@@ -153,6 +158,26 @@ def windows_per_worker(run: RunSpec, train_examples: int,
                run.communication_window, batch_size)
 
 
+def gap_cell(cells: Sequence[Tuple[int, int]], epochs: float,
+             train_examples: int, batch_size: int) -> Optional[Tuple[int, int]]:
+  """Where to vary AEASGD's α a second time, chosen before any run.
+
+  The thesis' AEASGD and ours are expected to part most with many workers
+  (the center moves by α of one worker's distance per commit, so it lags
+  further behind n workers): of the preset's grid cells, the one with the
+  most workers, then the longest window, whose share still holds
+  `MIN_WINDOWS` windows a worker at `epochs`.
+
+  >>> gap_cell([(40, 40), (10, 10), (40, 10)], 10.0, 60000, 128)
+  (40, 10)
+  """
+  for n, l in sorted(cells, reverse=True):
+    probe = RunSpec(ABLATION, BASELINE, n, l, 0, epochs, ())
+    if windows_per_worker(probe, train_examples, batch_size) >= MIN_WINDOWS:
+      return n, l
+  return None
+
+
 def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                      cells: Sequence[Tuple[int, int]], seeds: int,
                      epochs: float, downpour_workers: Sequence[int],
@@ -193,6 +218,16 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
       ABLATION, BASELINE, n, l, 0, ablation_epochs,
       base + ablation_flags + (
           f"--elastic_learning_rate={ALPHA_VARIANT / 5:g}", "--rho=5"), alpha))
+  # Both α again where the gap to the thesis is expected to be widest.
+  gap = gap_cell(cells, ablation_epochs, train_examples,
+                 int(_flag_value(base, "batch_size")))
+  if gap is not None:
+    for eta in (None, ALPHA_VARIANT / 5):
+      runs.append(RunSpec(
+          ABLATION, BASELINE, *gap, 0, ablation_epochs,
+          base + ablation_flags + (
+              (f"--elastic_learning_rate={eta:g}", "--rho=5") if eta else ()),
+          f"alpha{ALPHA_VARIANT:g}" if eta else THESIS_ALPHA))
   # DiLoCo's outer Nesterov step made fair for asynchrony: one commit is one
   # worker's delta, not the mean of n, so the outer learning rate is ÷ n.
   runs.append(RunSpec(
@@ -207,7 +242,7 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   rest = [r for r in runs if r.section == GRID and r.cell != cells[0]]
   return Preset(name, description, tuple(first + extras + rest),
                 tuple(workers), tuple(windows), seeds, train_examples,
-                ablation_cell, layers, platform)
+                ablation_cell, layers, platform, gap)
 
 
 def preset(name: str) -> Preset:

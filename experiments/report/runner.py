@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import sys
@@ -58,11 +59,12 @@ class Study:
     return self.data["ledger"]
 
   def record(self, run: design.RunSpec, seconds: float, samples: float,
-             where: Dict[str, str]) -> None:
-    """Adds a sitting's seconds to the run's entry of the ledger."""
+             where: Dict[str, str], cpu_seconds: float = 0.0) -> None:
+    """Adds a sitting's wall and CPU seconds to the run's entry of the ledger."""
     entry = self.ledger.setdefault(f"{run.section}/{run.name}", {
         "seconds": 0.0, "samples": samples, "sittings": 0})
     entry["seconds"] += seconds
+    entry["cpu_seconds"] = entry.get("cpu_seconds", 0.0) + cpu_seconds
     entry["sittings"] += 1
     entry.update(where)
     self.save()
@@ -80,6 +82,17 @@ def where() -> Dict[str, str]:
   device = jax.devices()[0]
   return {"machine": f"{os.cpu_count()} × {cpu}",
           "device": f"{device.platform}: {device.device_kind}"}
+
+
+def cpu_seconds() -> float:
+  """CPU time (user + system) of this process and its finished children.
+
+  Wall time grows when something else shares the machine; CPU time mostly
+  does not, so the ledger keeps both.
+  """
+  own = resource.getrusage(resource.RUSAGE_SELF)
+  children = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def seconds_per_sample(study: Study) -> Optional[float]:
@@ -118,7 +131,7 @@ def run_one(run: design.RunSpec, study: Study, p: design.Preset,
     return None
   if action == "restart":
     sweep_lib.move_aside(path)
-  start = time.monotonic()
+  start, cpu_start = time.monotonic(), cpu_seconds()
   failure = None
   command = ["python", "-m", "experiments.train", *run.argv(),
              f"--workdir={path}"]
@@ -134,7 +147,8 @@ def run_one(run: design.RunSpec, study: Study, p: design.Preset,
   finally:
     entry = dict(where())
     entry["completed"] = sweep_lib.completed(path)
-    study.record(run, time.monotonic() - start, p.samples(run), entry)
+    study.record(run, time.monotonic() - start, p.samples(run), entry,
+                 cpu_seconds() - cpu_start)
   if sweep_lib.completed(path):
     _drop_checkpoints(path)
   elif failure is None:

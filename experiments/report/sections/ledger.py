@@ -11,7 +11,7 @@ SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO)
 def render(ctx: Context) -> List[str]:
   ledger = ctx.study.ledger
   lines = ["## Compute ledger", ""]
-  rows, total = [], [0, 0, 0.0, 0.0]
+  rows, total = [], [0, 0, 0.0, 0.0, 0.0]
   for section in SECTIONS:
     specs = ctx.preset.section_runs(section)
     entries = [ledger.get(f"{s.section}/{s.name}") for s in specs]
@@ -19,16 +19,25 @@ def render(ctx: Context) -> List[str]:
     samples = sum(ctx.preset.samples(s) for s in specs
                   if ctx.results.get(s) is not None)
     seconds = sum(e["seconds"] for e in entries if e)
+    # A sum that misses some runs would understate: all of them or none.
+    cpu = (sum(e["cpu_seconds"] for e in entries if e)
+           if all("cpu_seconds" in e for e in entries if e) else 0.0)
     where = sorted({f"{e.get('machine', '?')}; {e.get('device', '?')}"
                     for e in entries if e})
     rows.append([section, f"{done} of {len(specs)}", f"{samples / 1e6:.2f} M",
-                 duration(seconds), "; ".join(where) or "–"])
-    for i, v in enumerate((done, len(specs), samples, seconds)):
+                 duration(seconds), duration(cpu) if cpu else "–",
+                 "; ".join(where) or "–"])
+    for i, v in enumerate((done, len(specs), samples, seconds, cpu)):
       total[i] += v
   rows.append(["**total**", f"{total[0]} of {total[1]}",
-               f"{total[2] / 1e6:.2f} M", duration(total[3]), ""])
-  lines += table(["section", "runs completed", "samples", "seconds here",
-                  "machine; device"], rows)
-  lines += ["Seconds are wall time of this program's runs, summed over the "
-            "sittings that ran them (a study resumes where it stopped).", ""]
+               f"{total[2] / 1e6:.2f} M", duration(total[3]),
+               duration(total[4]) if total[4] else "–", ""])
+  lines += table(["section", "runs completed", "samples", "wall time here",
+                  "CPU time", "machine; device"], rows)
+  lines += ["Wall time is this program's, summed over the sittings that ran "
+            "each run (a study resumes where it stopped); it grows when "
+            "other work shares the machine. CPU time is user + system time "
+            "of this program and of the processes it started, on all cores "
+            "together; it is \"–\" for runs recorded before the ledger kept "
+            "it.", ""]
   return lines
