@@ -45,7 +45,8 @@ def build_strategy(config: TrainConfig) -> strategies.Strategy:
                                            config.momentum)
   outer = strategies.make_server_optimizer(config.server_optimizer,
                                            config.server_learning_rate,
-                                           config.server_momentum)
+                                           config.server_momentum,
+                                           config.server_every)
   settings = dict(communication_window=config.communication_window,
                   inner=inner, learning_rate=config.learning_rate,
                   rho=config.rho,

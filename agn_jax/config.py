@@ -162,6 +162,7 @@ class TrainConfig:
     server_optimizer: DiLoCo-style outer optimizer on the committed deltas.
     server_learning_rate: its learning rate.
     server_momentum: its momentum.
+    server_every: delayed_nesterov's commits between momentum updates.
     platform: cpu, gpu, tpu, or None for whatever JAX finds.
     eval_every_seconds: evaluator period; 0 or less turns the evaluator off
       (the final evaluation still runs).
@@ -287,6 +288,12 @@ class TrainConfig:
       strategy=True)
   server_momentum: float = setting(0.9, "Momentum of the server optimizer.",
                                    check=UNIT_INTERVAL, strategy=True)
+  server_every: int = setting(
+      1, "Commits N between the momentum updates of "
+      "--server_optimizer=delayed_nesterov (Liu, Douillard et al. 2024): each "
+      "commit applies --server_learning_rate · Δ / N, every N-th also the "
+      "Nesterov correction; 1 is Nesterov. The other optimizers ignore it.",
+      check=POSITIVE_INT, strategy=True)
   platform: Optional[str] = setting(
       None, "Platform of the workers; default: whatever JAX finds.")
   eval_every_seconds: float = setting(

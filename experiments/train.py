@@ -189,7 +189,8 @@ def format_settings(config: TrainConfig) -> str:
   """The strategy settings the run used (paper defaults filled in), one line.
 
   The server optimizer's learning rate and momentum are shown only when there
-  is a server optimizer; an elastic strategy's `α = ρη` is shown last.
+  is a server optimizer, `server_every` only for delayed_nesterov; an
+  elastic strategy's `α = ρη` is shown last.
 
   Example:
     >>> format_settings(TrainConfig(strategy="aeasgd"))
@@ -200,6 +201,8 @@ def format_settings(config: TrainConfig) -> str:
   for name in config_lib.STRATEGY_SETTINGS:
     if (name in ("server_learning_rate", "server_momentum") and
         used.server_optimizer == "none"):
+      continue
+    if name == "server_every" and used.server_optimizer != "delayed_nesterov":
       continue
     value = getattr(used, name)
     parts.append(f"{name}={value:g}" if isinstance(value, float) else

@@ -59,7 +59,8 @@ class Trajectory(NamedTuple):
 
 
 def trajectory(name, lr=LR, rho=RHO, elastic_lr=ELASTIC_LR, momentum=MOMENTUM,
-               outer=None, schedule=SCHEDULE, local=None) -> Trajectory:
+               outer=None, schedule=SCHEDULE, local=None,
+               outer_every=1) -> Trajectory:
   """PAPER.md's pseudo-code in numpy (float64).
 
   Args:
@@ -68,11 +69,14 @@ def trajectory(name, lr=LR, rho=RHO, elastic_lr=ELASTIC_LR, momentum=MOMENTUM,
     rho: `ρ` of the elastic strategies.
     elastic_lr: the `η` of their `α = ρη`.
     momentum: `δ` of the Nesterov steps.
-    outer: "nesterov" for DiLoCo's server optimizer (0.7, 0.9), else None.
+    outer: "nesterov" for DiLoCo's server optimizer (0.7, 0.9),
+      "delayed_nesterov" for Liu, Douillard et al.'s Delayed Nesterov (0.7,
+      0.9, every `outer_every` commits), else None.
     schedule: which worker commits next; worker k's i-th window is
       `data()[k, i]`.
     local: "sgd", "adam" or "nesterov" (elastic strategies only); None: the
       strategy's own (`LOCAL_OPTIMIZER`, else SGD).
+    outer_every: N of "delayed_nesterov".
   """
   local = local or LOCAL_OPTIMIZER.get(name, "sgd")
   assert local != "nesterov" or name in ELASTIC, (name, local)
@@ -86,6 +90,7 @@ def trajectory(name, lr=LR, rho=RHO, elastic_lr=ELASTIC_LR, momentum=MOMENTUM,
   c = 0
   window_index = [0] * NUM_WORKERS
   outer_velocity = np.zeros(DIM)
+  outer_sum = np.zeros(DIM)  # Delayed Nesterov's Δ since its last momentum step.
   centers, stalenesses, params = [], [], []
   for k in schedule:
     a = np.zeros(DIM)
@@ -127,6 +132,15 @@ def trajectory(name, lr=LR, rho=RHO, elastic_lr=ELASTIC_LR, momentum=MOMENTUM,
       g = -increment
       outer_velocity = g + 0.9 * outer_velocity
       center = center - 0.7 * (g + 0.9 * outer_velocity)
+    elif outer == "delayed_nesterov":  # The (c + 1)-th commit, g = −increment.
+      g = -increment
+      outer_sum = outer_sum + g
+      if (c + 1) % outer_every == 0:  # m ← βm + Δ/N; θ ← θ − ε(βm + g/N).
+        outer_velocity = 0.9 * outer_velocity + outer_sum / outer_every
+        center = center - 0.7 * (0.9 * outer_velocity + g / outer_every)
+        outer_sum = np.zeros(DIM)
+      else:  # θ ← θ − ε g/N.
+        center = center - 0.7 * g / outer_every
     else:
       center = center + increment
     c += 1

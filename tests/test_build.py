@@ -32,7 +32,7 @@ def test_strategy_settings_default_to_none_and_name_config_fields():
   assert set(config_lib.STRATEGY_SETTINGS) == {
       "worker_optimizer", "learning_rate", "momentum", "rho",
       "elastic_learning_rate", "normalization", "server_optimizer",
-      "server_learning_rate", "server_momentum"}
+      "server_learning_rate", "server_momentum", "server_every"}
 
 
 @pytest.mark.parametrize("strategy, expected, alpha", [

@@ -123,6 +123,7 @@ BAD_FLAGS = {
                         "--elastic_learning_rate"),
     "infinite server lr": (["--server_learning_rate=inf"],
                            "--server_learning_rate"),
+    "zero server_every": (["--server_every=0"], "--server_every"),
     "infinite max_seconds": (["--max_seconds=inf"], "--max_seconds"),
     "nan eval period": (["--eval_every_seconds=nan"], "--eval_every_seconds"),
     "infinite checkpoint period": (["--checkpoint_every_seconds=inf"],

@@ -140,6 +140,20 @@ class StrategyTrajectoryTest(parameterized.TestCase):
     ref_centers, _ = _reference("agn", outer="nesterov")
     np.testing.assert_allclose(centers, ref_centers, rtol=2e-5, atol=2e-6)
 
+  def test_delayed_nesterov_outer_optimizer(self):
+    # Liu, Douillard et al. 2024's DN on the asynchronous schedule: 10
+    # commits, momentum updated at the 3rd, 6th and 9th.
+    strategy = get_strategy(
+        "agn", communication_window=WINDOW, inner=optax.sgd(LR),
+        server_optimizer=strategies.make_server_optimizer(
+            "delayed_nesterov", 0.7, 0.9, every=3))
+    centers, _, _ = _run_strategy(strategy)
+    ref_centers, _ = _reference("agn", outer="delayed_nesterov", outer_every=3)
+    np.testing.assert_allclose(centers, ref_centers, rtol=2e-5, atol=2e-6)
+    # Not Nesterov on every commit.
+    nesterov, _ = _reference("agn", outer="nesterov")
+    self.assertGreater(np.max(np.abs(nesterov - ref_centers)), 1e-2)
+
   def test_outer_sgd_one_is_the_plain_rule(self):
     plain = get_strategy("dynsgd", communication_window=WINDOW,
                          inner=optax.sgd(LR))
