@@ -65,6 +65,7 @@ class Study:
         "seconds": 0.0, "samples": samples, "sittings": 0})
     entry["seconds"] += seconds
     entry["cpu_seconds"] = entry.get("cpu_seconds", 0.0) + cpu_seconds
+    entry["cpu_sittings"] = cpu_sittings(entry) + 1
     entry["sittings"] += 1
     entry.update(where)
     self.save()
@@ -82,6 +83,13 @@ def where() -> Dict[str, str]:
   device = jax.devices()[0]
   return {"machine": f"{os.cpu_count()} × {cpu}",
           "device": f"{device.platform}: {device.device_kind}"}
+
+
+def cpu_sittings(entry: Dict[str, object]) -> int:
+  """How many of a ledger entry's sittings its `cpu_seconds` counts."""
+  if "cpu_sittings" in entry:
+    return int(entry["cpu_sittings"])
+  return int(entry.get("sittings", 0)) if "cpu_seconds" in entry else 0
 
 
 def cpu_seconds() -> float:

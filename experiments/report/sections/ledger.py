@@ -3,15 +3,23 @@
 from typing import List
 
 from experiments.report import design
+from experiments.report import runner
 from experiments.report.sections import Context, duration, table
 
 SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO)
 
 
+def cpu_text(seconds: float, partial: bool) -> str:
+  """A CPU time, "≥" where some sitting's is missing, "–" for none."""
+  if not seconds:
+    return "–"
+  return ("≥ " if partial else "") + duration(seconds)
+
+
 def render(ctx: Context) -> List[str]:
   ledger = ctx.study.ledger
   lines = ["## Compute ledger", ""]
-  rows, total = [], [0, 0, 0.0, 0.0, 0.0]
+  rows, total, any_partial = [], [0, 0, 0.0, 0.0, 0.0], False
   for section in SECTIONS:
     specs = ctx.preset.section_runs(section)
     entries = [ledger.get(f"{s.section}/{s.name}") for s in specs]
@@ -19,25 +27,26 @@ def render(ctx: Context) -> List[str]:
     samples = sum(ctx.preset.samples(s) for s in specs
                   if ctx.results.get(s) is not None)
     seconds = sum(e["seconds"] for e in entries if e)
-    # A sum that misses some runs would understate: all of them or none.
-    cpu = (sum(e["cpu_seconds"] for e in entries if e)
-           if all("cpu_seconds" in e for e in entries if e) else 0.0)
+    cpu = sum(e.get("cpu_seconds", 0.0) for e in entries if e)
+    # CPU time of a sitting recorded before the ledger kept it is missing.
+    partial = any(runner.cpu_sittings(e) < e["sittings"] for e in entries if e)
     where = sorted({f"{e.get('machine', '?')}; {e.get('device', '?')}"
                     for e in entries if e})
     rows.append([section, f"{done} of {len(specs)}", f"{samples / 1e6:.2f} M",
-                 duration(seconds), duration(cpu) if cpu else "–",
+                 duration(seconds), cpu_text(cpu, partial),
                  "; ".join(where) or "–"])
+    any_partial |= partial
     for i, v in enumerate((done, len(specs), samples, seconds, cpu)):
       total[i] += v
   rows.append(["**total**", f"{total[0]} of {total[1]}",
                f"{total[2] / 1e6:.2f} M", duration(total[3]),
-               duration(total[4]) if total[4] else "–", ""])
+               cpu_text(total[4], any_partial), ""])
   lines += table(["section", "runs completed", "samples", "wall time here",
                   "CPU time", "machine; device"], rows)
   lines += ["Wall time is this program's, summed over the sittings that ran "
             "each run (a study resumes where it stopped); it grows when "
             "other work shares the machine. CPU time is user + system time "
             "of this program and of the processes it started, on all cores "
-            "together; it is \"–\" for runs recorded before the ledger kept "
-            "it.", ""]
+            "together; \"≥\" marks a sum missing a sitting recorded before "
+            "the ledger kept it.", ""]
   return lines
