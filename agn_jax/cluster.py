@@ -449,10 +449,9 @@ class TimeModel:
                          f"{len(speed_model.speeds)} speeds for {n} workers")
       self._speeds = np.array(speed_model.speeds, np.float64)
     elif speed_model.kind == "trace":
-      if unit != "seconds":
-        raise ValueError(f"--speed_model={speed_model.text()} replays "
-                         "seconds; the none cluster counts steps (use "
-                         "--cluster=this_host or paper)")
+      error = clock_error(unit, speed_model)
+      if error:
+        raise ValueError(error)
       self._trace = (list(trace) if trace is not None else
                      read_trace(speed_model.trace_dir))
       if trace_starts is not None:
@@ -554,6 +553,34 @@ def message_seconds(num_bytes: float, bandwidth_gbps: float,
                              if bandwidth_gbps != math.inf else 0.0)
 
 
+def clock_error(unit: str, speed_model="constant",
+                **seconds: Optional[float]) -> Optional[str]:
+  """Why a clock that counts `unit` cannot take these settings (one line), or None.
+
+  A clock of local steps (the `none` cluster's) has no seconds: a message
+  or server cost in seconds (`seconds`: `bandwidth_gbps`, `latency_ms`,
+  `server_apply_ms`, None where not given) or a replayed trace of seconds
+  means nothing to it.
+
+  Example:
+    >>> clock_error("steps", "trace:runs/a")
+    '--speed_model=trace:runs/a replays seconds; it needs --cluster=this_host or paper (--cluster=none counts local steps)'
+    >>> clock_error("seconds", latency_ms=1.0) is None
+    True
+  """
+  if unit != "steps":
+    return None
+  for name, value in seconds.items():
+    if value is not None:
+      return (f"--{name} needs --cluster=this_host or paper (--cluster=none "
+              "counts local steps, not seconds)")
+  text = speed_model if isinstance(speed_model, str) else speed_model.text()
+  if text.strip().startswith("trace:"):
+    return (f"--speed_model={text.strip()} replays seconds; it needs "
+            "--cluster=this_host or paper (--cluster=none counts local steps)")
+  return None
+
+
 def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
                communication_window: int, speed_model="constant",
                seed: int = 0, bandwidth_gbps: Optional[float] = None,
@@ -586,13 +613,12 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
     ...                  bandwidth_gbps=1.0).commit_seconds, 3)
     0.155
   """
-  given = {name: value for name, value in (
-      ("bandwidth_gbps", bandwidth_gbps), ("latency_ms", latency_ms),
-      ("server_apply_ms", server_apply_ms)) if value is not None}
-  if cluster.unit == "steps" and given:
-    raise ValueError(f"--{next(iter(given))} needs a cluster that counts "
-                     "seconds (--cluster=this_host or paper); the none "
-                     "cluster counts local steps")
+  # Also checked with the config (`SimulatedOptions.fit_error`); a caller
+  # may pass any `Cluster` here.
+  error = clock_error(cluster.unit, bandwidth_gbps=bandwidth_gbps,
+                      latency_ms=latency_ms, server_apply_ms=server_apply_ms)
+  if error:
+    raise ValueError(error)
   bandwidth = cluster.bandwidth_gbps if bandwidth_gbps is None else float(
       bandwidth_gbps)
   latency = cluster.latency_ms if latency_ms is None else float(latency_ms)

@@ -1,5 +1,11 @@
 """The one configuration object that the CLI builds and the runtime consumes.
 
+`TrainConfig` holds what every run has; each backend's own settings are
+its options class (`ProcessesOptions`, `SimulatedOptions`, `RayOptions`),
+held in `TrainConfig.options`. Every setting is declared once, with
+`setting`: its flag, its help, its check and the lists of settings that
+share a role all derive from that declaration.
+
 The lists of valid names live with their owners: `agn_jax.strategies.available()`,
 `agn_jax.models.MODELS`, `agn_jax.data.DATASETS`,
 `agn_jax.strategies.WORKER_OPTIMIZERS` / `SERVER_OPTIMIZERS`,
@@ -10,7 +16,9 @@ Ask the owner; this module keeps no copy.
 import dataclasses
 import importlib
 import math
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import (Any, Callable, ClassVar, Dict, Mapping, NamedTuple,
+                    Optional, Tuple)
+
 
 def _is_int(value) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
@@ -72,12 +80,13 @@ def _names(module: str, attribute: str) -> Callable[[], Tuple[str, ...]]:
 
 def setting(default, help: str, *, check: Optional[Check] = None,  # pylint: disable=redefined-builtin
             **metadata):
-  """A `TrainConfig` field: its default, its help and its check in one place.
+  """A setting: a field of `TrainConfig` or of a backend's options, with its default, help and check.
 
   The field's metadata is the one source for everything that is said about
   the setting elsewhere: its flag (`experiments.flags.define_train_flags`),
-  its validation (`TrainConfig.validate`) and the lists of fields that
-  share a role (`fields_where`).
+  its validation (`TrainConfig.validate`) and the lists of settings that
+  share a role (`fields_where`). A setting's name is its flag's and its key
+  in config.json, whether `TrainConfig` or a backend's options hold it.
 
   Args:
     default: the default value.
@@ -97,7 +106,8 @@ def setting(default, help: str, *, check: Optional[Check] = None,  # pylint: dis
       resume_fixed: a resumed run must keep it (`agn_jax.checkpoint`);
       cost: changes what a step, a commit or an apply costs;
       per_run: names one run of a study (its cell and its directory);
-      backends: the backends the setting is for (the others ignore it).
+      seconds: a time or rate in seconds, which a clock that counts local
+        steps cannot take (`agn_jax.cluster.clock_error`).
 
   Returns:
     The `dataclasses.field`.
@@ -130,85 +140,101 @@ def _text(value) -> str:
   return value() if callable(value) else value
 
 
+# --- Each backend's options --------------------------------------------------
+
+# backend name -> its options class, in registration order.
+_OPTIONS: Dict[str, type] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendOptions:
+  """Base of a backend's options class: the settings that backend reads and no other.
+
+  A subclass is a frozen dataclass of `setting` fields, registered under
+  its backend's name with `register_options`; a run's config holds one
+  (`TrainConfig.options`). Its fields are flags and config.json keys like
+  every other setting's.
+  """
+  backend: ClassVar[str] = ""
+
+  def fit_error(self) -> Optional[str]:
+    """Why these settings do not fit together (one line), or None."""
+    return None
+
+
+def register_options(backend: str):
+  """Class decorator: `cls` is the options class of backend `backend`.
+
+  It is declared below the runtime, where the flags, the records and the
+  simulator engine read it without importing a backend.
+  """
+
+  def wrap(cls):
+    if not issubclass(cls, BackendOptions):
+      raise TypeError(f"{cls.__name__} is not a BackendOptions")
+    cls.backend = backend
+    _OPTIONS[backend] = cls
+    return cls
+
+  return wrap
+
+
+def options_class(backend: str) -> type:
+  """The options class of `backend`.
+
+  Raises:
+    ValueError: for a backend without one.
+
+  Example:
+    >>> options_class("simulated").__name__
+    'SimulatedOptions'
+  """
+  if backend not in _OPTIONS:
+    raise ValueError(f"backend must be one of {', '.join(_OPTIONS)}, got "
+                     f"{backend!r}")
+  return _OPTIONS[backend]
+
+
+def _settings_of(cls) -> Tuple[dataclasses.Field, ...]:
+  """The setting fields of a dataclass: all but `TrainConfig.options`."""
+  return tuple(f for f in dataclasses.fields(cls)
+               if not f.metadata.get("options"))
+
 
 @dataclasses.dataclass
 class TrainConfig:
   """Everything one distributed training run needs.
 
-  Attributes:
-    strategy: name in the strategy registry (`agn_jax.strategies.available()`).
-    num_workers: number of worker processes `n`.
-    communication_window: local steps `λ` between commits.
-    dataset: one of `agn_jax.data.DATASETS`.
-    data_dir: where the mnist IDX files live (or are downloaded to).
-    dataset_size: number of examples for generated datasets (synthetic, mnist1d).
-    model: one of `agn_jax.models.MODELS`.
-    hidden_sizes: widths of the MLP's hidden layers.
-    batch_size: mini-batch size of every local step.
-    epochs: total epochs' worth of data, split equally over the workers.
-    worker_optimizer: the local optimizer, one of
-      `agn_jax.strategies.WORKER_OPTIMIZERS`; None: the strategy's paper
-      default (`agn_jax.strategies.paper_defaults`), as for the next five.
-    learning_rate: the local optimizer's learning rate.
-    momentum: momentum `δ` of the `momentum` and `nesterov` optimizers
-      (eamsgd's workers use `nesterov`).
-    rho: elasticity `ρ` of aeasgd/eamsgd: `α = ρ η` with `η` the next one.
-    elastic_learning_rate: the `η` of aeasgd/eamsgd's elastic coefficient
-      `α = ρ η`, its own setting: the thesis' AEASGD steps with Adam 1e-3
-      and pulls with `α = 5 · 0.01` (see `elastic_alpha`).
-    normalization: what AGN divides the accumulated update by before it is
-      committed: "window" (λ, the paper), "none" (DOWNPOUR's raw delta) or
-      "l2" (its L2 norm); used by agn and adag.
-    server_optimizer: DiLoCo-style outer optimizer on the committed deltas.
-    server_learning_rate: its learning rate.
-    server_momentum: its momentum.
-    server_every: delayed_nesterov's commits between momentum updates.
-    platform: cpu, gpu, tpu, or None for whatever JAX finds.
-    eval_every_seconds: evaluator period; 0 or less turns the evaluator off
-      (the final evaluation still runs).
-    max_seconds: stop the run after this much wall time (None: no limit).
-    seed: seed of parameter init and data shuffling.
-    workdir: where metrics, summary, plots and checkpoints go.
-    checkpoints: False writes no checkpoint at all (the run cannot be
-      resumed), e.g. for a study whose many runs need none: a simulated
-      run's checkpoint holds every worker's state.
-    checkpoint_every_seconds: checkpoint period; 0 or less: only at the end
-      (and on an interrupt).
-    max_worker_restarts: how many worker restarts the whole run allows (all
-      workers together; each --resume session starts afresh) before it fails.
-    resume: continue the run found in `workdir` from its last checkpoint.
-    backend: how the run is run (`agn_jax.runtime.backend.available()`):
-      "processes" (real processes and shared memory on one host, the
-      reference), "simulated" (the workers vmapped in one deterministic
-      program) or "ray" (actors on a Ray cluster).
-    cluster: simulated backend: the time model's cluster
-      (`agn_jax.cluster.CLUSTERS`): "none" (time counts local steps;
-      messages and the server are free), "this_host" (measured on this
-      machine) or "paper" (the thesis' 15 nodes).
-    speed_model: simulated backend: how fast each worker or window is
-      (`agn_jax.cluster.parse_speed_model`): "constant" (round robin,
-      staleness n − 1), "lognormal:SIGMA", "random:SIGMA",
-      "straggler:P:SLOWDOWN", "speeds:S0,S1,..." or "trace:RUN_DIR".
-    bandwidth_gbps: simulated backend: a message's bandwidth in Gb/s
-      (None: the cluster's).
-    latency_ms: simulated backend: a message's fixed cost in ms (None: the
-      cluster's).
-    server_apply_ms: simulated backend: the server's time per commit in ms
-      (None: the cluster's).
-    workers_per_call: simulated backend: workers vmapped together in one
-      call of the window kernel (None: the platform's measured default).
-    eval_every_rounds: simulated backend: rounds between evaluations of the
-      center (0: only the final one).
-    ray_address: ray backend: "local" (start a private Ray instance on this
-      machine), "auto" (the cluster this machine belongs to) or an address.
-    num_slots: processes and ray backends: how many commits may wait for
-      the server (None: min(n, 8)).
-    cache_dir: processes and ray backends: JAX's persistent compilation
-      cache (None: the default one; "": none).
-    metric_writers: where the rows of metrics.jsonl also go, comma-separated
-      (`agn_jax.runtime.metric_writers.WRITERS`): "jsonl" (metrics.jsonl
-      alone; it is always written) or "jsonl,tensorboard" (TensorBoard event
-      files in the workdir too).
+  The fields are what every run has; `options` holds what only the run's
+  backend reads: a `ProcessesOptions`, `SimulatedOptions` or `RayOptions`
+  (`options_class(backend)`), its defaults when left None. Each setting is
+  declared once with `setting`: `help_text(name)` says what it means (as
+  `--helpfull` does), `accepts(name)` what it takes, and `fields_where`
+  lists the settings that share a role.
+
+  Six strategy settings (`worker_optimizer`, `learning_rate`, `momentum`,
+  `rho`, `elastic_learning_rate`, `normalization`) may be left None: the
+  strategy's paper default then applies (`resolved`).
+
+  A config is checked once, by `validate`, which the CLI and `train()` call
+  before anything starts. Only a backend's own options are accepted:
+  another backend's options that set anything are refused when the config
+  is built (their defaults alone are replaced by this backend's, so
+  `dataclasses.replace(config, backend=...)` works).
+
+  `to_dict` and config.json name every setting flat, the backend's options
+  beside the others; `from_dict` reads them back.
+
+  Example:
+    >>> config = TrainConfig(strategy="aeasgd", num_workers=8,
+    ...                      backend="simulated",
+    ...                      options=SimulatedOptions(cluster="paper"))
+    >>> config.options.cluster, config.validate().rho
+    ('paper', 5.0)
+    >>> TrainConfig(options=SimulatedOptions(cluster="paper"))
+    Traceback (most recent call last):
+    ...
+    ValueError: cluster='paper' is a setting of the simulated backend; backend 'processes' does not use it
   """
   strategy: str = setting(
       "agn", lambda: "Training strategy: one of "
@@ -325,62 +351,33 @@ class TrainConfig:
   backend: str = setting(
       "processes", "How the run is run: processes (real processes and "
       "shared memory on this host, the reference), simulated (the workers "
-      "in one deterministic program) or ray.")
-  cluster: str = setting(
-      "none", "Simulated backend: the cluster its clock models: none (time "
-      "counts local steps; messages and the server are free), this_host (the "
-      "step, transport and apply times measured on this machine, cached) or "
-      "paper (the thesis' 15 nodes, fitted to its published times).",
-      choices=_names("agn_jax.cluster", "CLUSTERS"), backends=("simulated",))
-  speed_model: str = setting(
-      "constant", "Simulated backend: how fast each worker is: constant "
-      "(round robin, staleness n-1), lognormal:SIGMA (each worker's speed "
-      "exp(σz), drawn once), random:SIGMA (each window's duration times "
-      "exp(σz), drawn anew: fast windows lap slow ones), "
-      "straggler:P:SLOWDOWN (a window is SLOWDOWN times longer with "
-      "probability P), speeds:S0,S1,... (each worker's speed) or "
-      "trace:RUN_DIR (the window times of a processes run; needs "
-      "--cluster=this_host or paper).",
-      parse=lambda text: importlib.import_module(
-          "agn_jax.cluster").parse_speed_model(text),
-      accepts=lambda: ", ".join(importlib.import_module(
-          "agn_jax.cluster").SPEED_MODEL_FORMS), backends=("simulated",))
-  bandwidth_gbps: Optional[float] = setting(
-      None, "Simulated backend: a message's bandwidth in Gb/s (every commit "
-      "and pull); default: the --cluster's.", check=POSITIVE.or_unset(),
-      backends=("simulated",), seconds=True)
-  latency_ms: Optional[float] = setting(
-      None, "Simulated backend: a message's fixed cost in ms; default: the "
-      "--cluster's.", check=NON_NEGATIVE.or_unset(), backends=("simulated",),
-      seconds=True)
-  server_apply_ms: Optional[float] = setting(
-      None, "Simulated backend: the server's time per commit in ms (one FIFO "
-      "queue); default: the --cluster's.", check=NON_NEGATIVE.or_unset(),
-      backends=("simulated",), seconds=True)
-  workers_per_call: Optional[int] = setting(
-      None, "Simulated backend: workers vmapped together in one call of the "
-      "window kernel; default: the platform's measured choice (1 on CPU, all "
-      "on GPU/TPU).", check=POSITIVE_INT.or_unset(), backends=("simulated",))
-  eval_every_rounds: int = setting(
-      10, "Simulated backend: rounds between evaluations of the center; 0: "
-      "only the final one.", check=NON_NEGATIVE_INT, backends=("simulated",))
-  ray_address: str = setting(
-      "local", "Ray backend: local (start a private Ray instance on this "
-      "machine), auto (the cluster this machine is part of) or a cluster "
-      "address host:port.", backends=("ray",))
-  num_slots: Optional[int] = setting(
-      None, "Processes and ray backends: how many commits may wait for the "
-      "server; default: min(n, 8).", check=POSITIVE_INT.or_unset(),
-      backends=("processes", "ray"))
-  cache_dir: Optional[str] = setting(
-      None, "Processes and ray backends: JAX's persistent compilation cache "
-      "of every part (on each node); default $AGN_JAX_CACHE_DIR or "
-      "~/.cache/agn_jax/jax_cache; empty: none.",
-      backends=("processes", "ray"))
+      "in one deterministic program) or ray. Each has settings of its own, "
+      "whose help names it.")
   metric_writers: str = setting(
       "jsonl", "Where the rows of metrics.jsonl also go, comma-separated: "
       "jsonl (always on) and tensorboard (event files in the workdir, for "
       "`tensorboard --logdir`; needs pip install 'agn-jax[tensorboard]').")
+
+  options: Optional[BackendOptions] = dataclasses.field(
+      default=None, metadata=dict(options=True))
+
+  def __post_init__(self):
+    own = _OPTIONS.get(self.backend)
+    if own is None or type(self.options) is own:  # pylint: disable=unidiomatic-typecheck
+      return  # An unknown backend: `validate` names it.
+    if self.options is None:
+      self.options = own()
+    elif isinstance(self.options, BackendOptions):
+      # Another backend's: the settings both have carry over; any other
+      # must be at its default (it says nothing then).
+      values = dataclasses.asdict(self.options)
+      names = {f.name for f in _settings_of(own)}
+      error = foreign_error(self.backend, {
+          f.name: values[f.name] for f in _settings_of(type(self.options))
+          if f.name not in names and values[f.name] != f.default})
+      if error:
+        raise ValueError(error)
+      self.options = own(**{k: v for k, v in values.items() if k in names})
 
   def resolved(self) -> "TrainConfig":
     """A copy whose strategy-specific fields left at None hold the values used.
@@ -417,10 +414,12 @@ class TrainConfig:
 
     Raises:
       ValueError: one line naming the first setting refused: a value its
-        field does not accept, a clock setting the `none` cluster cannot
-        honour, or a strategy setting the strategy cannot honour (eamsgd
-        without Nesterov workers; a normalization for a strategy that has
-        none to choose: only agn and adag take one).
+        field does not accept, options of another backend, settings of the
+        backend that do not fit together (`BackendOptions.fit_error`: a
+        clock setting the `none` cluster cannot honour), or a strategy
+        setting the strategy cannot honour (eamsgd without Nesterov
+        workers; a normalization for a strategy that has none to choose:
+        only agn and adag take one).
 
     Example:
       >>> TrainConfig(num_workers=0).validate()
@@ -428,11 +427,19 @@ class TrainConfig:
       ...
       ValueError: num_workers accepts an integer >= 1, got 0
     """
-    for field in dataclasses.fields(self):
+    for field in _settings_of(type(self)):
       error = field_error(field.name, getattr(self, field.name))
       if error:
         raise ValueError(error)
-    error = clock_error(self)
+    own = options_class(self.backend)
+    if type(self.options) is not own:  # pylint: disable=unidiomatic-typecheck
+      raise ValueError(f"options of backend {self.backend!r} must be a "
+                       f"{own.__name__}, got {type(self.options).__name__}")
+    for field in _settings_of(own):
+      error = field_error(field.name, getattr(self.options, field.name))
+      if error:
+        raise ValueError(error)
+    error = self.options.fit_error()
     if error:
       raise ValueError(error)
     used = self.resolved()
@@ -466,36 +473,226 @@ class TrainConfig:
       return None
     return self.rho * self.elastic_learning_rate
 
-  def to_record(self):
+  def to_record(self) -> Dict[str, Any]:
     """What config.json and summary.json hold: `to_dict()` and `elastic_alpha`.
 
-    `elastic_alpha` is derived, not a field: `from_dict` ignores it.
+    `elastic_alpha` is derived, not a setting: `from_dict` ignores it.
     """
     return dict(self.to_dict(), elastic_alpha=self.elastic_alpha())
 
-  def to_dict(self):
-    d = dataclasses.asdict(self)
+  def to_dict(self) -> Dict[str, Any]:
+    """Every setting by name, JSON-ready: the fields, then the backend's options.
+
+    Example:
+      >>> d = TrainConfig(backend="ray").to_dict()
+      >>> d["backend"], d["ray_address"], "cluster" in d
+      ('ray', 'local', False)
+    """
+    d = {f.name: getattr(self, f.name) for f in _settings_of(type(self))}
     d["hidden_sizes"] = list(self.hidden_sizes)
+    if isinstance(self.options, BackendOptions):
+      d.update(dataclasses.asdict(self.options))
     return d
 
   @classmethod
-  def from_dict(cls, d):
-    known = {f.name for f in dataclasses.fields(cls)}
-    d = {k: v for k, v in d.items() if k in known}
-    if "hidden_sizes" in d:
-      d["hidden_sizes"] = tuple(int(h) for h in d["hidden_sizes"])
-    return cls(**d)
+  def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+    """The config a flat mapping of settings names (`to_dict`, config.json).
+
+    Keys that name no setting of the config (`elastic_alpha`, `command`,
+    another backend's settings) are ignored; a setting it lacks takes its
+    default.
+
+    Example:
+      >>> config = TrainConfig(backend="simulated",
+      ...                      options=SimulatedOptions(cluster="paper"))
+      >>> TrainConfig.from_dict(config.to_record()) == config
+      True
+    """
+    values = {f.name: d[f.name] for f in _settings_of(cls) if f.name in d}
+    if "hidden_sizes" in values:
+      values["hidden_sizes"] = tuple(int(h) for h in values["hidden_sizes"])
+    own = _OPTIONS.get(values.get("backend", cls.backend))
+    if own is not None:
+      values["options"] = own(**{f.name: d[f.name] for f in _settings_of(own)
+                                 if f.name in d})
+    return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerOptions(BackendOptions):
+  """What a backend with a server part and a commit ring has (`agn_jax.runtime.backend.ServerBackend`).
+
+  Each field's help is its flag's (`help_text(name)`).
+  """
+  num_slots: Optional[int] = setting(
+      None, "how many commits may wait for the server; default: min(n, 8).",
+      check=POSITIVE_INT.or_unset())
+  cache_dir: Optional[str] = setting(
+      None, "JAX's persistent compilation cache of every part (on each "
+      "node); default $AGN_JAX_CACHE_DIR or ~/.cache/agn_jax/jax_cache; "
+      "empty: none.")
+
+
+@register_options("processes")
+@dataclasses.dataclass(frozen=True)
+class ProcessesOptions(ServerOptions):
+  """The processes backend's settings: those of `ServerOptions`.
+
+  Example:
+    >>> TrainConfig(options=ProcessesOptions(num_slots=2)).to_dict()["num_slots"]
+    2
+  """
+
+
+@register_options("simulated")
+@dataclasses.dataclass(frozen=True)
+class SimulatedOptions(BackendOptions):
+  """The simulated backend's settings: its clock (`agn_jax.cluster`) and its engine.
+
+  Each field's help is its flag's (`help_text(name)`).
+
+  Example:
+    >>> SimulatedOptions(cluster="paper", latency_ms=1.0).fit_error() is None
+    True
+    >>> SimulatedOptions(latency_ms=1.0).fit_error()
+    '--latency_ms needs --cluster=this_host or paper (--cluster=none counts local steps, not seconds)'
+  """
+  cluster: str = setting(
+      "none", "the cluster its clock models: none (time counts local steps; "
+      "messages and the server are free), this_host (the step, transport "
+      "and apply times measured on this machine, cached) or paper (the "
+      "thesis' 15 nodes, fitted to its published times).",
+      choices=_names("agn_jax.cluster", "CLUSTERS"))
+  speed_model: str = setting(
+      "constant", "how fast each worker is: constant (round robin, "
+      "staleness n-1), lognormal:SIGMA (each worker's speed exp(σz), drawn "
+      "once), random:SIGMA (each window's duration times exp(σz), drawn "
+      "anew: fast windows lap slow ones), straggler:P:SLOWDOWN (a window is "
+      "SLOWDOWN times longer with probability P), speeds:S0,S1,... (each "
+      "worker's speed) or trace:RUN_DIR (the window times of a processes "
+      "run; needs --cluster=this_host or paper).",
+      parse=lambda text: importlib.import_module(
+          "agn_jax.cluster").parse_speed_model(text),
+      accepts=lambda: ", ".join(importlib.import_module(
+          "agn_jax.cluster").SPEED_MODEL_FORMS))
+  bandwidth_gbps: Optional[float] = setting(
+      None, "a message's bandwidth in Gb/s (every commit and pull); "
+      "default: the --cluster's.", check=POSITIVE.or_unset(), seconds=True)
+  latency_ms: Optional[float] = setting(
+      None, "a message's fixed cost in ms; default: the --cluster's.",
+      check=NON_NEGATIVE.or_unset(), seconds=True)
+  server_apply_ms: Optional[float] = setting(
+      None, "the server's time per commit in ms (one FIFO queue); default: "
+      "the --cluster's.", check=NON_NEGATIVE.or_unset(), seconds=True)
+  workers_per_call: Optional[int] = setting(
+      None, "workers vmapped together in one call of the window kernel; "
+      "default: the platform's measured choice (1 on CPU, all on GPU/TPU).",
+      check=POSITIVE_INT.or_unset())
+  eval_every_rounds: int = setting(
+      10, "rounds between evaluations of the center; 0: only the final one.",
+      check=NON_NEGATIVE_INT)
+
+  def fit_error(self) -> Optional[str]:
+    """Why the clock's settings do not fit together, or None (`agn_jax.cluster.clock_error`)."""
+    cluster = importlib.import_module("agn_jax.cluster")
+    return cluster.clock_error(
+        "steps" if self.cluster == "none" else "seconds", self.speed_model,
+        **{f.name: getattr(self, f.name) for f in _settings_of(type(self))
+           if f.metadata.get("seconds")})
+
+
+@register_options("ray")
+@dataclasses.dataclass(frozen=True)
+class RayOptions(ServerOptions):
+  """The ray backend's settings: where its cluster is, and those of `ServerOptions`.
+
+  Example:
+    >>> TrainConfig(backend="ray", options=RayOptions(ray_address="auto")).options
+    RayOptions(num_slots=None, cache_dir=None, ray_address='auto')
+  """
+  ray_address: str = setting(
+      "local", "local (start a private Ray instance on this machine), auto "
+      "(the cluster this machine is part of) or a cluster address "
+      "host:port.")
+
+
+def setting_names() -> Tuple[str, ...]:
+  """Every setting's name: `TrainConfig`'s, then each backend's options' (a name once).
+
+  A name is a flag's and a config.json key.
+
+  Example:
+    >>> names = setting_names()
+    >>> names[:2], names[-1]
+    (('strategy', 'num_workers'), 'ray_address')
+  """
+  names = [f.name for f in _settings_of(TrainConfig)]
+  for cls in _OPTIONS.values():
+    names += [f.name for f in _settings_of(cls) if f.name not in names]
+  return tuple(names)
+
+
+def setting_field(name: str) -> dataclasses.Field:
+  """The field that declares setting `name`, in `TrainConfig` or an options class.
+
+  Raises:
+    KeyError: for a name that is no setting.
+  """
+  for cls in (TrainConfig, *_OPTIONS.values()):
+    for field in _settings_of(cls):
+      if field.name == name:
+        return field
+  raise KeyError(name)
+
+
+def owners(name: str) -> Tuple[str, ...]:
+  """The backends whose options hold setting `name`; () for a setting of every run.
+
+  Example:
+    >>> owners("num_slots"), owners("cluster"), owners("epochs")
+    (('processes', 'ray'), ('simulated',), ())
+  """
+  return tuple(backend for backend, cls in _OPTIONS.items()
+               if any(f.name == name for f in _settings_of(cls)))
+
+
+def foreign_error(backend: str, settings: Mapping[str, Any],
+                  flags: bool = False) -> Optional[str]:
+  """Why a run on `backend` refuses these settings of other backends, or None.
+
+  Args:
+    backend: the run's backend.
+    settings: setting name -> value given; those of `backend` or of every
+      run are fine.
+    flags: say it in flags' words (`--cluster`, `--backend=processes`).
+
+  Example:
+    >>> foreign_error("processes", {"num_slots": 2, "epochs": 1.0})
+    >>> foreign_error("simulated", {"num_slots": 2}, flags=True)
+    '--num_slots is a setting of the processes and ray backends; --backend=simulated does not use it'
+  """
+  for name, value in settings.items():
+    others = owners(name)
+    if others and backend not in others:
+      what = f"--{name}" if flags else f"{name}={value!r}"
+      run = f"--backend={backend}" if flags else f"backend {backend!r}"
+      return (f"{what} is a setting of the {' and '.join(others)} "
+              f"backend{'s' if len(others) > 1 else ''}; {run} does not use "
+              "it")
+  return None
 
 
 def fields_where(key: str, value: Any = True) -> Tuple[str, ...]:
-  """The names of the `TrainConfig` fields whose metadata has `key` == `value`, in order.
+  """The names of the settings whose metadata has `key` == `value`, in order.
 
   Example:
     >>> fields_where("budget")
     ('dataset', 'dataset_size', 'model', 'hidden_sizes', 'epochs', 'batch_size')
+    >>> fields_where("seconds")
+    ('bandwidth_gbps', 'latency_ms', 'server_apply_ms')
   """
-  return tuple(f.name for f in dataclasses.fields(TrainConfig)
-               if f.metadata.get(key) == value)
+  return tuple(name for name in setting_names()
+               if setting_field(name).metadata.get(key) == value)
 
 
 # A strategy's own settings: what a per-strategy flagfile
@@ -504,18 +701,28 @@ STRATEGY_SETTINGS = fields_where("strategy")
 # What a strategy setting that is None and has no paper default for the
 # strategy becomes (e.g. the momentum of agn's optional momentum workers).
 GENERIC_DEFAULTS = {f.name: f.metadata["generic_default"]
-                    for f in dataclasses.fields(TrainConfig)
+                    for f in _settings_of(TrainConfig)
                     if "generic_default" in f.metadata}
 
 
 def help_text(name: str) -> str:
-  """The help of setting `name` (its flag's)."""
-  return _text(describe(TrainConfig.__dataclass_fields__[name])["help"])
+  """The help of setting `name` (its flag's), naming the backends of a backend's own.
+
+  Example:
+    >>> help_text("ray_address")[:31]
+    'Ray backend: local (start a pri'
+  """
+  text = _text(describe(setting_field(name))["help"])
+  backends = owners(name)
+  if not backends:
+    return text
+  return (f"{' and '.join(backends).capitalize()} "
+          f"backend{'s' if len(backends) > 1 else ''}: {text}")
 
 
 def accepts(name: str) -> Optional[str]:
   """What setting `name` accepts, in words; None where only its owner can say."""
-  meta = describe(TrainConfig.__dataclass_fields__[name])
+  meta = describe(setting_field(name))
   if meta.get("check") is not None:
     return meta["check"].accepts
   if meta.get("accepts") is not None:
@@ -537,7 +744,7 @@ def field_error(name: str, value) -> Optional[str]:
     >>> field_error("dataset", "cifar")
     "dataset must be one of digits, mnist, mnist1d, mnist5k, synthetic, got 'cifar'"
   """
-  field = TrainConfig.__dataclass_fields__[name]
+  field = setting_field(name)
   meta = describe(field)
   optional = field.default is None
   if meta.get("check") is not None:
@@ -554,27 +761,6 @@ def field_error(name: str, value) -> Optional[str]:
       meta["parse"](value)
     except ValueError as e:
       return " ".join(str(e).split())
-  return None
-
-
-def clock_error(config) -> Optional[str]:
-  """Why the simulated clock's settings do not fit together, or None.
-
-  `config` is a `TrainConfig` or a mapping of its clock fields. The `none`
-  cluster counts local steps: a message or server time in seconds, or a
-  replayed trace of seconds, means nothing to it.
-  """
-  get = config.get if isinstance(config, dict) else (
-      lambda name: getattr(config, name))
-  if get("cluster") != "none":
-    return None
-  for name in fields_where("seconds"):
-    if get(name) is not None:
-      return (f"--{name} needs --cluster=this_host or paper (--cluster=none "
-              "counts local steps, not seconds)")
-  if str(get("speed_model")).startswith("trace:"):
-    return ("--speed_model=trace: replays seconds; it needs "
-            "--cluster=this_host or paper")
   return None
 
 

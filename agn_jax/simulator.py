@@ -87,6 +87,7 @@ import numpy as np
 
 from agn_jax import build, cluster as cluster_lib, kernel as kernel_lib
 from agn_jax import models, strategies
+from agn_jax.config import SimulatedOptions
 from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
 from agn_jax.flat import FlatLayout
 from agn_jax.shares import BatchSampler, shard_bounds, windows_per_worker
@@ -297,17 +298,20 @@ class Simulation:
   Args:
     config: a `TrainConfig`; the strategy, model, initial center, worker
       optimizer, n, λ, batch size, epochs and seed are built from it with
-      `agn_jax.build` exactly as the process workers build them.
+      `agn_jax.build` exactly as the process workers build them. Its
+      `SimulatedOptions` give the clock and k, the workers vmapped at a
+      time on each device (`workers_per_call`; None: 1 on CPU, all of a
+      device's workers on GPU/TPU); a config of another backend has none,
+      and their defaults apply.
     dataset: an `agn_jax.data.Dataset` (its training split is sharded).
     cluster: the `agn_jax.cluster.Cluster` of the time model; None: the
-      preset `config.cluster` names (`this_host` has none: it is measured,
-      `agn_jax.runtime.calibration.this_host`). The speed model, seed and
-      the bandwidth, latency and apply overrides are the config's.
+      preset the options' `cluster` names (`this_host` has none: it is
+      measured, `agn_jax.runtime.calibration.this_host`). The speed model,
+      the bandwidth, latency and apply overrides are the options', the
+      seed the config's.
     commit_order: None, or a commit order to replay instead of the time
       model's: a sequence of worker indices, or of rounds (each a sequence
       of distinct workers, applied in one round).
-    workers_per_call: k, workers vmapped at a time on each device (None: 1 on
-      CPU, all of a device's workers on GPU/TPU).
     mesh: a `Mesh` with one axis named `"workers"` whose size divides n
       (None: `default_mesh(n)`).
 
@@ -316,13 +320,13 @@ class Simulation:
       `agn_jax.cluster.time_model`) or a bad replayed order.
 
   Example:
-    >>> from agn_jax import TrainConfig
+    >>> from agn_jax.config import SimulatedOptions, TrainConfig
     >>> from agn_jax.data import load_synthetic
     >>> ds = load_synthetic(size=300, seed=0)
     >>> config = TrainConfig(strategy="aeasgd", num_workers=2,
     ...                      communication_window=2, hidden_sizes=(8,),
-    ...                      batch_size=4, epochs=0.2,
-    ...                      speed_model="speeds:2,1")
+    ...                      batch_size=4, epochs=0.2, backend="simulated",
+    ...                      options=SimulatedOptions(speed_model="speeds:2,1"))
     >>> sim = Simulation(config, ds)
     >>> [(r.worker, r.simulated_time) for r in sim.run_round()]
     [(0, 1.0)]
@@ -332,15 +336,17 @@ class Simulation:
   def __init__(self, config, dataset, *,
                cluster: Optional[cluster_lib.Cluster] = None,
                commit_order: Optional[Sequence] = None,
-               workers_per_call: Optional[int] = None,
                mesh: Optional[Mesh] = None):
+    options = config.options
+    if not isinstance(options, SimulatedOptions):
+      options = SimulatedOptions()
     strategy = build.build_strategy(config)
     model, loss_fn = build.build_model(config, dataset.num_classes,
                                        dataset.input_shape)
     center = build.initial_center(config, model,
                                   int(np.prod(dataset.input_shape)))
     if cluster is None:
-      cluster = cluster_lib.preset(config.cluster)
+      cluster = cluster_lib.preset(options.cluster)
 
     def time_model(work: Callable[[], cluster_lib.Workload]):
       return cluster_lib.time_model(
@@ -349,15 +355,17 @@ class Simulation:
                                strategy.pull_before_commit),
           num_workers=config.num_workers,
           communication_window=config.communication_window,
-          speed_model=config.speed_model, seed=config.seed,
-          bandwidth_gbps=config.bandwidth_gbps, latency_ms=config.latency_ms,
-          server_apply_ms=config.server_apply_ms)
+          speed_model=options.speed_model, seed=config.seed,
+          bandwidth_gbps=options.bandwidth_gbps,
+          latency_ms=options.latency_ms,
+          server_apply_ms=options.server_apply_ms)
 
     self._setup(strategy, loss_fn, center, dataset.x_train, dataset.y_train,
                 num_workers=config.num_workers, batch_size=config.batch_size,
                 epochs=config.epochs, seed=config.seed, time_model=time_model,
-                commit_order=commit_order, workers_per_call=workers_per_call,
-                mesh=mesh, apply_fn=model.apply)
+                commit_order=commit_order,
+                workers_per_call=options.workers_per_call, mesh=mesh,
+                apply_fn=model.apply)
 
   @classmethod
   def from_parts(cls, strategy: strategies.Strategy, loss_fn, initial_center,
@@ -382,7 +390,8 @@ class Simulation:
       time_model: an `agn_jax.cluster.TimeModel` of n workers and this
         strategy's λ; None: the step counter (`none` cluster, constant
         speeds).
-      commit_order, workers_per_call, mesh: as for the constructor.
+      commit_order, mesh: as for the constructor.
+      workers_per_call: k, as `SimulatedOptions.workers_per_call`.
       apply_fn: `apply_fn(center, x) -> logits`, for `evaluate`; optional.
 
     Returns:
@@ -415,6 +424,8 @@ class Simulation:
              num_workers, batch_size, epochs, seed, time_model, commit_order,
              workers_per_call, mesh, apply_fn):
     n = num_workers
+    # `from_parts` takes n, the batch size and k from its caller, not from a
+    # validated config.
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
       raise ValueError(f"num_workers must be an integer >= 1, got {n!r}")
     if batch_size < 1:

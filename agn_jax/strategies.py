@@ -550,6 +550,10 @@ def get_strategy(name: str, **kwargs) -> Strategy:
   return strategy
 
 
+# The factories below and `make_*_optimizer` check the arguments they use,
+# as optax's do: they are public (`get_strategy`), and a caller without a
+# `TrainConfig` has nothing else to name a bad value. A config's values were
+# checked already, by `TrainConfig.validate`.
 def _check_positive(**values):
   for key, value in values.items():
     if not value > 0:

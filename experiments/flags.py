@@ -57,14 +57,13 @@ def _flag_value(kind, value):
 
 
 def field_value(name: str, value):
-  """The value of flag `name` as its `TrainConfig` field holds it (a list flag: a tuple)."""
-  return _flag_value(
-      _flag_kind(config_lib.TrainConfig.__dataclass_fields__[name]), value)
+  """The value of flag `name` as its setting's field holds it (a list flag: a tuple)."""
+  return _flag_value(_flag_kind(config_lib.setting_field(name)), value)
 
 
 def _define_field(field: dataclasses.Field,
                   flag_values: flags.FlagValues) -> None:
-  """The flag of one `TrainConfig` field, from its metadata, and its validator.
+  """The flag of one setting, from its field's metadata, and its validator.
 
   The validator is the field's own check (`config.field_error`): a value a
   `Check` refuses is reported as `--NAME accepts ...`; one an owner's
@@ -115,35 +114,42 @@ def _define_field(field: dataclasses.Field,
 
 def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
                        skip: Iterable[str] = ()) -> None:
-  """Defines one flag per `TrainConfig` field, each with its validator.
+  """Defines one flag per setting, each with its validator.
 
-  Type, default, help and check come from the field (`config.setting`),
-  so a new field gets its flag without a change here.
+  The settings are `TrainConfig`'s and every backend's options'
+  (`config.setting_names`). Type, default, help and check come from the
+  field (`config.setting`), so a new setting gets its flag without a
+  change here.
 
   Args:
     flag_values: where to define them.
     skip: names the caller defines itself (the sweep's grid axes).
   """
   skip = set(skip)
-  for field in dataclasses.fields(config_lib.TrainConfig):
-    if field.name not in skip:
-      _define_field(field, flag_values)
+  for name in config_lib.setting_names():
+    if name not in skip:
+      _define_field(config_lib.setting_field(name), flag_values)
   if "plots" not in skip:
     flags.DEFINE_bool(
         "plots", True, "Draw each run's curves.png and staleness.png "
         "(--noplots: skip them, e.g. for a sweep of many runs; "
         "metrics.jsonl holds everything they show).", flag_values=flag_values)
-  clock_flags = ["cluster", "speed_model",
-                 *config_lib.fields_where("seconds")]
-  if not skip.intersection(clock_flags):
+  options = [n for n in config_lib.setting_names()
+             if config_lib.owners(n) and n not in skip]
+  if "backend" not in skip:
 
-    def clock_ok(values):
-      error = config_lib.clock_error(values)
+    def options_fit(values):
+      # How the chosen backend's settings fit together; its flags have each
+      # passed their own validator already.
+      own = config_lib.options_class(values["backend"])
+      fields = {f.name for f in dataclasses.fields(own)}
+      error = own(**{k: field_value(k, v) for k, v in values.items()
+                     if k in fields}).fit_error()
       if error:
         raise flags.ValidationError(error)
       return True
 
-    flags.register_multi_flags_validator(clock_flags, clock_ok,
+    flags.register_multi_flags_validator(["backend", *options], options_fit,
                                          flag_values=flag_values)
   if "config" not in skip:
     flags.DEFINE_string(
@@ -355,6 +361,10 @@ def one_line_error(message: str, argv: Sequence[str]) -> str:
   message = " ".join(message.split())
   message = message.replace("ERROR:: Unable to open flagfile:",
                             "--flagfile: cannot open")
+  if message.startswith("flags backend=") and ": --" in message:
+    # The chosen backend's settings do not fit: the validator's words,
+    # without absl's list of every backend setting and its value.
+    message = message[message.index(": --") + 2:]
   match = re.match(r"flag --(\w+)=", message)
   if match and match.group(1) in _ACCEPTS and "accepts" not in message:
     message += f"; --{match.group(1)} accepts {_ACCEPTS[match.group(1)]}"
@@ -405,45 +415,92 @@ def check_workdir(workdir: str, resume: bool) -> None:
     raise UsageError(f"--resume: --workdir={workdir} holds no run to resume")
 
 
+def typed_flags(argv: Sequence[str], flag_values: flags.FlagValues) -> set:
+  """Names of the flags typed on the command line itself (not in a --flagfile).
+
+  Example:
+    >>> fv = flags.FlagValues()
+    >>> define_train_flags(fv)
+    >>> sorted(typed_flags(["sweep", "--epochs=3", "--nohidden_sizes", "x",
+    ...                     "--flagfile=f"], fv))
+    ['epochs']
+  """
+  names = set()
+  for arg in argv[1:]:
+    if arg == "--":
+      break
+    if not arg.startswith("-"):
+      continue
+    name = arg.lstrip("-").split("=", 1)[0]
+    if name not in flag_values and name.startswith("no"):
+      name = name[2:]
+      if name in flag_values and not isinstance(flag_values[name],
+                                                flags.BooleanFlag):
+        continue
+    if name in flag_values and name != "flagfile":
+      names.add(name)
+  return names
+
+
+def _refuse_foreign(backend: str, named: Iterable[str]) -> None:
+  error = config_lib.foreign_error(backend, dict.fromkeys(named), flags=True)
+  if error:
+    raise ValueError(error)
+
+
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
+                      typed: Iterable[str] = (),
                       **overrides) -> config_lib.TrainConfig:
   """Builds the `TrainConfig` from parsed flags.
 
+  The run's backend takes its own settings from their flags
+  (`TrainConfig.options`); another backend's flags are ignored where a
+  flagfile sets them, so one flagfile may serve runs on several backends,
+  and refused where they were typed on the command line.
+
   Args:
-    flag_values: parsed flags; fields whose flag is not defined keep the
-      `TrainConfig` default unless given in `overrides`.
-    **overrides: field values that win over the flags (the sweep's axes).
+    flag_values: parsed flags; settings whose flag is not defined keep their
+      default unless given in `overrides`.
+    typed: the flags typed on the command line itself (`typed_flags`).
+    **overrides: setting values that win over the flags (the sweep's axes).
 
   Returns:
     The config. Without a --workdir flag value it gets `default_workdir`.
     A strategy setting whose flag was not given stays None: the strategy's
     paper default, filled in by `TrainConfig.resolved()`.
+
+  Raises:
+    ValueError: a typed flag or an override of another backend.
   """
   values = {}
-  for name in config_lib.TrainConfig.__dataclass_fields__:
+  for name in config_lib.setting_names():
     if name in overrides:
       values[name] = overrides[name]
     elif name in flag_values:
       values[name] = field_value(name, flag_values[name].value)
-  config = config_lib.TrainConfig(**values)
+  backend = values.get("backend", config_lib.TrainConfig.backend)
+  _refuse_foreign(backend, [*typed, *overrides])
+  config = config_lib.TrainConfig.from_dict(values)
   if not values.get("workdir"):
     config.workdir = default_workdir(config.strategy, config.num_workers,
                                      config.communication_window)
   return config
 
 
-def resumed_config(flag_values: flags.FlagValues,
-                   workdir: str) -> config_lib.TrainConfig:
+def resumed_config(flag_values: flags.FlagValues, workdir: str,
+                   typed: Iterable[str] = ()) -> config_lib.TrainConfig:
   """The config of the run in `workdir`, with the flags given now on top.
 
   `--resume --workdir=DIR` alone continues the run as it was configured; any
   flag given explicitly (on the command line or in a --flagfile) overrides the
-  saved value, e.g. `--epochs` to train on for longer. Fields that must not
-  change (the model, the strategy, ...) are checked against the checkpoint by
-  the runtime.
+  saved value, e.g. `--epochs` to train on for longer, as long as it is a
+  setting of the run's backend (`config_from_flags` says how another
+  backend's are treated). Fields that must not change (the model, the
+  strategy, ...) are checked against the checkpoint by the runtime.
 
   Raises:
     UsageError: when DIR/config.json is missing or is not a JSON object.
+    ValueError: a typed flag of another backend.
   """
   path = os.path.join(workdir, "config.json")
   try:
@@ -457,19 +514,20 @@ def resumed_config(flag_values: flags.FlagValues,
                      f"{' '.join(str(e).split()) or type(e).__name__}") from None
   given = {
       name: field_value(name, flag_values[name].value)
-      for name in config_lib.TrainConfig.__dataclass_fields__
+      for name in config_lib.setting_names()
       if name in flag_values and flag_values[name].present
   }
   given.update(workdir=workdir, resume=True)
-  return dataclasses.replace(config, **given)
+  _refuse_foreign(given.get("backend", config.backend), typed)
+  return config_lib.TrainConfig.from_dict(dict(config.to_dict(), **given))
 
 
 def write_config(config: config_lib.TrainConfig, workdir: str,
                  command: Optional[Sequence[str]] = None) -> str:
-  """Makes sure config.json names every TrainConfig field with the value used.
+  """Makes sure config.json names every setting of the run with the value used.
 
   The runtime writes config.json when it starts; its values are kept, any
-  field it lacks is added, and a strategy setting it left at None (the
+  setting it lacks is added, and a strategy setting it left at None (the
   strategy's paper default) is replaced by the resolved value
   (`TrainConfig.resolved`), so config.json says what the run actually used,
   `elastic_alpha` included (`TrainConfig.to_record`).

@@ -195,33 +195,6 @@ def _read(workdir: str) -> Optional[compare.Run]:
 # Configs: what the command line and the strategy flagfiles say.
 
 
-def typed_flags(argv: Sequence[str], flag_values: flags.FlagValues) -> set:
-  """Names of the flags typed on the command line itself (not in a --flagfile).
-
-  Example:
-    >>> fv = flags.FlagValues()
-    >>> flags_lib.define_train_flags(fv)
-    >>> sorted(typed_flags(["sweep", "--epochs=3", "--nohidden_sizes", "x",
-    ...                     "--flagfile=f"], fv))
-    ['epochs']
-  """
-  names = set()
-  for arg in argv[1:]:
-    if arg == "--":
-      break
-    if not arg.startswith("-"):
-      continue
-    name = arg.lstrip("-").split("=", 1)[0]
-    if name not in flag_values and name.startswith("no"):
-      name = name[2:]
-      if name in flag_values and not isinstance(flag_values[name],
-                                                flags.BooleanFlag):
-        continue
-    if name in flag_values and name != "flagfile":
-      names.add(name)
-  return names
-
-
 def shared_fields(flag_values: flags.FlagValues) -> Dict[str, object]:
   """Every `TrainConfig` field the flags give every run (the grid's excepted).
 
@@ -229,7 +202,7 @@ def shared_fields(flag_values: flags.FlagValues) -> Dict[str, object]:
   (e.g. a `--backend`) reaches every run without a change here.
   """
   return {name: flags_lib.field_value(name, flag_values[name].value)
-          for name in config_lib.TrainConfig.__dataclass_fields__
+          for name in config_lib.setting_names()
           if name not in _GRID_FIELDS and name in flag_values}
 
 
@@ -267,7 +240,7 @@ def strategy_overrides(specs: Sequence[str],
           f"{flags_lib.one_line_error(str(e), [f'--flagfile={path}'])}"
       ) from None
     given = {name: flags_lib.field_value(name, flag_values[name].value)
-             for name in config_lib.TrainConfig.__dataclass_fields__
+             for name in config_lib.setting_names()
              if name in flag_values and flag_values[name].present}
     if given.get("strategy", strategy) != strategy:
       raise flags_lib.UsageError(
@@ -298,7 +271,7 @@ def run_config(flag_values: flags.FlagValues, typed: set,
          for name, value in per_strategy.get(strategy, {}).items()
          if name not in typed}
   return flags_lib.config_from_flags(
-      flag_values, strategy=strategy, num_workers=num_workers,
+      flag_values, typed, strategy=strategy, num_workers=num_workers,
       communication_window=communication_window, workdir=workdir,
       resume=resume, **own)
 
@@ -315,8 +288,7 @@ def _used(config: config_lib.TrainConfig) -> Dict[str, object]:
 def differing_settings(configs: Dict[str, Dict[str, object]]
                       ) -> Dict[str, Dict[str, object]]:
   """`{field: {strategy: value}}` for every field whose value differs between strategies."""
-  names = [n for n in config_lib.TrainConfig.__dataclass_fields__
-           if n not in _GRID_FIELDS]
+  names = [n for n in config_lib.setting_names() if n not in _GRID_FIELDS]
   out = {}
   for name in names:
     values = {s: c.get(name) for s, c in configs.items()}
@@ -595,7 +567,7 @@ def main(argv):
   startup.redeliver_dropped_interrupts()
   from agn_jax import runtime  # pylint: disable=g-import-not-at-top
 
-  typed = typed_flags(sys.argv, FLAGS)
+  typed = flags_lib.typed_flags(sys.argv, FLAGS)
   try:
     per_strategy = strategy_overrides(FLAGS.strategy_flagfile,
                                       shared_fields(FLAGS))

@@ -293,10 +293,16 @@ def main(argv):
   try:
     # Without --workdir, a fresh, uniquely named one is created here.
     existed = bool(FLAGS.workdir) and os.path.exists(FLAGS.workdir)
-    config = flags_lib.config_from_flags(FLAGS)
-    flags_lib.check_workdir(config.workdir, config.resume)
-    if config.resume:
-      config = flags_lib.resumed_config(FLAGS, config.workdir)
+    typed = flags_lib.typed_flags(sys.argv, FLAGS)
+    if FLAGS.resume:  # The run's backend is the saved one.
+      if not FLAGS.workdir:
+        raise flags_lib.UsageError("--resume needs --workdir, the run to "
+                                   "continue")
+      flags_lib.check_workdir(FLAGS.workdir, resume=True)
+      config = flags_lib.resumed_config(FLAGS, FLAGS.workdir, typed)
+    else:
+      config = flags_lib.config_from_flags(FLAGS, typed)
+      flags_lib.check_workdir(config.workdir, resume=False)
     config.validate()
   except (flags_lib.UsageError, ValueError) as e:
     flags_lib.exit_with_error(program, e, status=2)

@@ -38,12 +38,15 @@ def _dataset(size, seed=0):
   return load_synthetic(size=size, seed=seed, dim=DIM)
 
 
-def _config(n, workdir, epochs=1.0, backend="processes"):
-  from agn_jax import TrainConfig
-  return TrainConfig(strategy="agn", num_workers=n, communication_window=WINDOW,
-                     dataset="synthetic", model="mlp", hidden_sizes=HIDDEN,
-                     batch_size=BATCH, epochs=epochs, eval_every_seconds=0.0,
-                     workdir=workdir, backend=backend)
+def _config(n, workdir, epochs=1.0, backend="processes", cache_dir=None):
+  from agn_jax import config
+  # processes and ray both have a cache_dir (`config.ServerOptions`).
+  return config.TrainConfig(
+      strategy="agn", num_workers=n, communication_window=WINDOW,
+      dataset="synthetic", model="mlp", hidden_sizes=HIDDEN,
+      batch_size=BATCH, epochs=epochs, eval_every_seconds=0.0,
+      workdir=workdir, backend=backend,
+      options=config.options_class(backend)(cache_dir=cache_dir))
 
 
 def steady_throughput(events, window_samples):
@@ -77,8 +80,8 @@ def run_runtime(n, windows, dataset, cache_dir, backend="processes"):
   epochs = (windows * WINDOW * BATCH + 0.5) * n / len(dataset.x_train)
   t = time.time()
   # The ray backend starts (and stops) a private local Ray instance.
-  summary = train(_config(n, workdir, epochs, backend), dataset=dataset,
-                  cache_dir=cache_dir)
+  summary = train(_config(n, workdir, epochs, backend, cache_dir),
+                  dataset=dataset)
   wall = time.time() - t
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     events = [json.loads(line) for line in f]

@@ -71,8 +71,8 @@ def _rss_mb():
     return None
 
 
-def _config(args, windows, train_size):
-  from agn_jax import TrainConfig  # pylint: disable=g-import-not-at-top
+def _config(args, windows, train_size, workers_per_call=None):
+  from agn_jax.config import SimulatedOptions, TrainConfig  # pylint: disable=g-import-not-at-top
   # Just over `windows` windows per worker, as bench_runtime computes it.
   epochs = (windows * args.window * args.batch + 0.5) * args.workers / train_size
   return TrainConfig(strategy="agn", num_workers=args.workers,
@@ -80,16 +80,18 @@ def _config(args, windows, train_size):
                      model="mlp", hidden_sizes=tuple(args.hidden),
                      batch_size=args.batch, epochs=epochs,
                      worker_optimizer="adam", learning_rate=1e-3,
-                     eval_every_seconds=0.0, seed=0,
-                     speed_model=args.speed_model, cluster=args.cluster)
+                     eval_every_seconds=0.0, seed=0, backend="simulated",
+                     options=SimulatedOptions(
+                         speed_model=args.speed_model, cluster=args.cluster,
+                         workers_per_call=workers_per_call))
 
 
 def run_simulator(args, dataset, rounds, workers_per_call=None):
   """Steady-state and end-to-end samples/s of `rounds` simulated rounds."""
   from agn_jax.simulator import Simulation  # pylint: disable=g-import-not-at-top
-  config = _config(args, rounds, len(dataset.x_train))
+  config = _config(args, rounds, len(dataset.x_train), workers_per_call)
   t0 = time.perf_counter()
-  sim = Simulation(config, dataset, workers_per_call=workers_per_call)
+  sim = Simulation(config, dataset)
   built = time.perf_counter()
   sim.run_round()
   first = time.perf_counter()

@@ -34,7 +34,6 @@ A quicker, noisier one:
 """
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -133,20 +132,21 @@ def _setups(args):
 def calibrate(name, dataset, settings, n, windows, root, cache_dir,
               this_host_cache=None):
   """One configuration at n workers: the processes run and its two simulations."""
-  from agn_jax import TrainConfig  # pylint: disable=g-import-not-at-top
+  from agn_jax.config import ProcessesOptions, SimulatedOptions, TrainConfig  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime import calibration, train  # pylint: disable=g-import-not-at-top
   lam, batch = settings["communication_window"], settings["batch_size"]
   epochs = (windows * lam * batch + 0.5) * n / len(dataset.x_train)
 
   def config(tag, **more):
     return TrainConfig(strategy="agn", num_workers=n, epochs=epochs, seed=0,
-                       eval_every_seconds=0.0, eval_every_rounds=0,
-                       checkpoints=False, workdir=os.path.join(
-                           root, f"{name}-n{n}-{tag}"), **settings, **more)
+                       eval_every_seconds=0.0, checkpoints=False,
+                       workdir=os.path.join(root, f"{name}-n{n}-{tag}"),
+                       **settings, **more)
 
-  real = config("processes", backend="processes")
+  real = config("processes", backend="processes",
+                options=ProcessesOptions(cache_dir=cache_dir))
   t = time.time()
-  train(dataclasses.replace(real, cache_dir=cache_dir), dataset=dataset)
+  train(real, dataset=dataset)
   processes_wall = time.time() - t
   measured = _rows(real.workdir)
   result = {"num_workers": n, "windows_per_worker": windows,
@@ -159,8 +159,8 @@ def calibrate(name, dataset, settings, n, windows, root, cache_dir,
   simulations = {}
   for tag, speed_model in (("trace", f"trace:{real.workdir}"),
                            ("constant", "constant")):
-    sim = config(tag, backend="simulated", cluster="this_host",
-                 speed_model=speed_model)
+    sim = config(tag, backend="simulated", options=SimulatedOptions(
+        cluster="this_host", speed_model=speed_model, eval_every_rounds=0))
     summary = train(sim, dataset=dataset)
     simulations[tag] = (summary, _rows(sim.workdir))
   summary, projected = simulations["trace"]

@@ -188,6 +188,17 @@ def test_settings_the_strategy_cannot_honour_are_one_line_errors(
   assert not workdir.exists()
 
 
+def test_a_typed_flag_of_another_backend_is_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  result = train("--num_slots=2", "--backend=simulated",
+                 f"--workdir={workdir}")
+  assert assert_one_line_error(result) == (
+      "train: error: --num_slots is a setting of the processes and ray "
+      "backends; --backend=simulated does not use it")
+  assert result.returncode == 2
+  assert not workdir.exists()
+
+
 def test_write_config_records_the_resolved_settings(tmp_path):
   # As the runtime may leave it: the settings still None (paper default).
   config = TrainConfig(strategy="aeasgd", rho=2.0, workdir=str(tmp_path))

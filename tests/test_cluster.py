@@ -93,8 +93,9 @@ def test_paper_costs_follow_the_workload():
 
 
 def test_overrides_need_a_clock_of_seconds():
-  with pytest.raises(ValueError, match="--latency_ms needs a cluster that "
-                     "counts seconds"):
+  with pytest.raises(ValueError, match=r"--latency_ms needs "
+                     r"--cluster=this_host or paper \(--cluster=none counts "
+                     "local steps"):
     cluster.time_model(cluster.NONE, PAPER_MLP, num_workers=2,
                        communication_window=2, latency_ms=1.0)
   with pytest.raises(ValueError, match="this_host is measured"):
@@ -241,7 +242,7 @@ def test_trace_replays_a_runs_step_times(tmp_path):
       [0.2, 0.4, 0.2])
   assert model.window_seconds(1, 5) == pytest.approx(0.6)
   assert model.window_seconds(2, 1) == pytest.approx(0.4)
-  with pytest.raises(ValueError, match="counts steps"):
+  with pytest.raises(ValueError, match="counts local steps"):
     cluster.TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2,
                       communication_window=2, speed_model=f"trace:{run}",
                       unit="steps")

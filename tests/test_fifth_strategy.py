@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from agn_jax import TrainConfig, flat, get_strategy, models, strategies
+from agn_jax.config import ProcessesOptions, SimulatedOptions
 from agn_jax.data.dataset import make_dataset
 from agn_jax.runtime import train
 from agn_jax.runtime.bookkeeping import RunBook
@@ -43,8 +44,9 @@ def _config(workdir, backend, num_workers):
       strategy=NAME, backend=backend, num_workers=num_workers,
       communication_window=WINDOW, hidden_sizes=(HIDDEN,),
       batch_size=EXAMPLES // num_workers, epochs=float(WINDOW * WINDOWS),
-      learning_rate=LR, eval_every_seconds=0.0, eval_every_rounds=0,
-      checkpoints=False, workdir=str(workdir))
+      learning_rate=LR, eval_every_seconds=0.0, checkpoints=False,
+      workdir=str(workdir), options=(SimulatedOptions(eval_every_rounds=0)
+                                     if backend == "simulated" else None))
 
 
 def _grad(p, x, y):
@@ -153,7 +155,8 @@ def test_simulated(tmp_path, num_workers):
 def test_threads(tmp_path):
   dataset = _dataset()
   config = dataclasses.replace(_config(tmp_path / "run", "processes", 2),
-                               cache_dir="").resolved()
+                               options=ProcessesOptions(cache_dir="")
+                               ).resolved()
   book = RunBook(config, None, "inprocess")
   run = InProcessBackend(config, book)
   try:

@@ -214,7 +214,7 @@ def test_a_sweep_gives_every_run_the_writers_and_tensorboard_one_run_per_cell(
   argv = ["sweep", "--config=quickstart", "--num_workers=2,3",
           "--metric_writers=jsonl,tensorboard"]
   flags_lib.parse_flags_or_exit(argv, values)
-  typed = sweep.typed_flags(argv, values)
+  typed = flags_lib.typed_flags(argv, values)
   runs = []
   for n in (2, 3):
     workdir = sweep.run_dir(str(tmp_path), "agn", n, 10)

@@ -15,6 +15,7 @@ import optax
 import pytest
 
 from agn_jax import TrainConfig, build, checkpoint, data
+from agn_jax.config import ProcessesOptions
 from agn_jax.runtime import RunError, train
 from agn_jax.runtime.bookkeeping import RunBook
 from agn_jax.runtime.inprocess import InProcessBackend
@@ -152,7 +153,7 @@ def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
   epochs = (windows * lam * batch * 2 + 1) / len(ds.x_train)
   config = _config(tmp_path, num_workers=2, communication_window=lam,
                    hidden_sizes=(16,), epochs=epochs,
-                   cache_dir="").resolved()
+                   options=ProcessesOptions(cache_dir="")).resolved()
   book = RunBook(config, None, "inprocess")
   run = InProcessBackend(config, book)
   try:

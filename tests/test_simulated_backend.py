@@ -22,12 +22,15 @@ WALL_FIELDS = ("time", "wall_time", "seconds", "window_start", "window_end")
 
 
 def _config(tmp_path, name="run", **overrides):
+  # Settings by name, as config.json has them: the simulator's own
+  # (`eval_every_rounds`, the clock's) are ignored on another backend.
   values = dict(strategy="agn", num_workers=4, communication_window=5,
                 dataset="digits", hidden_sizes=(64,), batch_size=16,
-                epochs=6.0, learning_rate=3e-3, eval_every_rounds=3, checkpoint_every_seconds=0.0,
-                backend="simulated", workdir=str(tmp_path / name))
+                epochs=6.0, learning_rate=3e-3, eval_every_rounds=3,
+                checkpoint_every_seconds=0.0, backend="simulated",
+                workdir=str(tmp_path / name))
   values.update(overrides)
-  return TrainConfig(**values)
+  return TrainConfig.from_dict(values)
 
 
 def _without_wall(rows):

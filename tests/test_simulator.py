@@ -25,6 +25,7 @@ import pytest
 
 from agn_jax import TrainConfig, build, get_strategy
 from agn_jax.cluster import TimeModel
+from agn_jax.config import SimulatedOptions
 from agn_jax.data import load_synthetic
 from agn_jax.errors import Diverged
 from agn_jax.shares import BatchSampler, shard_bounds
@@ -433,8 +434,9 @@ class DeterminismTest(absltest.TestCase):
 
   def test_same_run_twice_and_restore(self):
     ds = load_synthetic(size=600, seed=0)
-    config = _tiny_config(strategy="adag", num_workers=3)
-    config.speed_model = "random:0.5"
+    config = _tiny_config(strategy="adag", num_workers=3,
+                          backend="simulated",
+                          options=SimulatedOptions(speed_model="random:0.5"))
     full = Simulation(config, ds)
     full_records = _run(full)
     self.assertGreater(len(full_records), 9)
@@ -469,7 +471,7 @@ _SHARDED = textwrap.dedent("""
     import jax
     import numpy as np
     from jax.sharding import Mesh
-    from agn_jax import TrainConfig
+    from agn_jax.config import SimulatedOptions, TrainConfig
     from agn_jax.data import load_synthetic
     from agn_jax.simulator import Simulation, default_mesh
 
@@ -480,10 +482,11 @@ _SHARDED = textwrap.dedent("""
       config = TrainConfig(strategy=name, num_workers=n,
                            communication_window=2, hidden_sizes=(8,),
                            batch_size=4, epochs=0.3, seed=0,
-                           speed_model=speeds)
+                           backend="simulated", options=SimulatedOptions(
+                               speed_model=speeds, workers_per_call=k))
       runs = []
       for mesh in (None, Mesh(np.array(jax.devices()[:1]), ("workers",))):
-        sim = Simulation(config, ds, mesh=mesh, workers_per_call=k)
+        sim = Simulation(config, ds, mesh=mesh)
         records = [list(r) for rs in sim for r in rs]
         runs.append({"info": sim.info, "records": records,
                      "center": sim.center().tolist(),

@@ -157,7 +157,7 @@ def test_the_command_line_applies_to_every_run(tmp_path):
   fv, argv = sweep_flags(tmp_path, [
       f"--flagfile={shared}", "--strategies=agn,aeasgd",
       f"--strategy_flagfile=aeasgd={own}"])
-  typed = sweep.typed_flags(argv, fv)
+  typed = flags_lib.typed_flags(argv, fv)
   assert typed == {"strategies", "strategy_flagfile"}
   per = sweep.strategy_overrides(fv.strategy_flagfile, sweep.shared_fields(fv))
   assert per == {"aeasgd": {"worker_optimizer": "sgd", "learning_rate": 0.01,
@@ -171,7 +171,7 @@ def test_the_command_line_applies_to_every_run(tmp_path):
   fv, argv = sweep_flags(tmp_path, [
       f"--flagfile={shared}", "--strategies=agn,aeasgd",
       f"--strategy_flagfile=aeasgd={own}", "--learning_rate=0.05"])
-  typed = sweep.typed_flags(argv, fv)
+  typed = flags_lib.typed_flags(argv, fv)
   per = sweep.strategy_overrides(fv.strategy_flagfile, sweep.shared_fields(fv))
   for s in ("agn", "aeasgd"):
     assert sweep.run_config(fv, typed, per, s, 2, 10, "w",

@@ -280,10 +280,10 @@ class ServerBackend(Backend):
   * `_pid(role)`, `_retire(role)`, `_end_parts()`: a part's process id, a
     dead worker's remains, and stopping every part.
 
-  Its settings (`TrainConfig`): `num_slots`, how many commits may wait for
-  the server (None: `min(n, MAX_SLOTS)`), and `cache_dir`, JAX's
-  persistent compilation cache (None: `cache_dir_default()`; "" turns it
-  off).
+  Its settings (`agn_jax.config.ServerOptions`, in `config.options`):
+  `num_slots`, how many commits may wait for the server (None:
+  `min(n, MAX_SLOTS)`), and `cache_dir`, JAX's persistent compilation cache
+  (None: `cache_dir_default()`; "" turns it off).
   """
 
   poll_seconds = 0.1  # The longest the supervisor waits between two looks.
@@ -291,9 +291,10 @@ class ServerBackend(Backend):
 
   def __init__(self, config, book):
     super().__init__(config, book)
-    self.num_slots = config.num_slots
-    self.cache_dir = (cache_dir_default() if config.cache_dir is None else
-                      config.cache_dir)
+    options = config.options
+    self.num_slots = options.num_slots
+    self.cache_dir = (cache_dir_default() if options.cache_dir is None else
+                      options.cache_dir)
     self.transport = self.switches = self.events = self.data = None
     self.ctx = None
     self.incarnations: Dict[int, int] = {}  # worker -> restarts so far

@@ -254,10 +254,11 @@ class InProcessBackend(backend_lib.ServerBackend):
   `AGN_JAX_FAULT=exit` (which ends the process) has no place here.
 
   Example:
-    >>> from agn_jax import TrainConfig
+    >>> from agn_jax.config import ProcessesOptions, TrainConfig
     >>> from agn_jax.runtime.bookkeeping import RunBook
-    >>> config = TrainConfig(num_workers=2, epochs=1.0, cache_dir="",
-    ...                      workdir="/tmp/agn_inprocess_doc").resolved()
+    >>> config = TrainConfig(num_workers=2, epochs=1.0,
+    ...                      workdir="/tmp/agn_inprocess_doc",
+    ...                      options=ProcessesOptions(cache_dir="")).resolved()
     >>> run = InProcessBackend(config, RunBook(config, None, "inprocess"))  # doctest: +SKIP
     >>> run.prepare(); run.run(); run.shutdown()  # doctest: +SKIP
   """

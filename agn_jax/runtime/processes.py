@@ -65,9 +65,9 @@ def _part_main(ctx, role, placement, replies, resume, incarnation) -> None:
 class ProcessesBackend(backend_lib.ServerBackend):
   """Spawned processes on one host, shared memory between them.
 
-  Its settings: `num_slots`, the capacity of the commit ring, and
-  `cache_dir`, JAX's persistent compilation cache shared by all processes
-  (see `backend.ServerBackend`).
+  Its settings (`agn_jax.config.ProcessesOptions`): `num_slots`, the
+  capacity of the commit ring, and `cache_dir`, JAX's persistent
+  compilation cache shared by all processes (see `backend.ServerBackend`).
   """
 
   name = "processes"

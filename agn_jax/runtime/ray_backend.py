@@ -9,11 +9,11 @@ the actors, reads how they ended and stops them. Ray is an optional install
 (`pip install -r requirements-ray.txt`); this module imports it on first use.
 
 Example:
-  >>> from agn_jax import TrainConfig
+  >>> from agn_jax.config import RayOptions, TrainConfig
   >>> from agn_jax.runtime import train
-  >>> summary = train(TrainConfig(backend="ray", num_workers=2, epochs=5.0,
-  ...                             workdir="/tmp/agn_ray_doc"),
-  ...                 ray_address="local")  # doctest: +SKIP
+  >>> summary = train(TrainConfig(
+  ...     backend="ray", num_workers=2, epochs=5.0, workdir="/tmp/agn_ray_doc",
+  ...     options=RayOptions(ray_address="local")))  # doctest: +SKIP
 """
 
 import contextlib
@@ -136,7 +136,7 @@ class RayBackend(backend_lib.ServerBackend):
   node and reserve nothing; the server writes checkpoints to
   `config.workdir` there (on a cluster, the driver's node's disk).
 
-  Its settings (`TrainConfig`):
+  Its settings (`agn_jax.config.RayOptions`):
     ray_address: "local" (start a private Ray instance with one CPU per core
       of this machine, stopped at the end and with this process however it
       ends, SIGKILL included: `ray_head.LocalRay`), "auto" (the cluster this
@@ -156,7 +156,7 @@ class RayBackend(backend_lib.ServerBackend):
 
   def __init__(self, config, book):
     super().__init__(config, book)
-    self.address = config.ray_address
+    self.address = config.options.ray_address
     self.ray = None
     # The private instance that "local" started, with its keeper.
     self.local: Optional[ray_head.LocalRay] = None

@@ -68,9 +68,8 @@ class _DeferredSignals:
 class SimulatedBackend(backend_lib.Backend):
   """The workers vmapped in one jitted program per round, sharded over this host's devices.
 
-  Config fields it reads besides the run's: the time model's (`cluster`,
-  `speed_model`, `bandwidth_gbps`, `latency_ms`, `server_apply_ms`),
-  `workers_per_call`, `eval_every_rounds`.
+  Its settings: `agn_jax.config.SimulatedOptions`, the time model's and
+  the engine's.
   """
 
   name = "simulated"
@@ -92,7 +91,7 @@ class SimulatedBackend(backend_lib.Backend):
     plan = backend_lib.plan(config, dataset)
     book.expected_commits = plan.expected_commits
     cluster = None
-    if config.cluster == "this_host":
+    if config.options.cluster == "this_host":
       from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
       cluster = calibration.this_host(config, plan.dataset.input_shape,
                                       plan.dataset.num_classes)
@@ -105,9 +104,8 @@ class SimulatedBackend(backend_lib.Backend):
         raise ValueError(f"--platform={config.platform}: JAX finds no such "
                          f"device on this host") from None
       mesh = simulator.default_mesh(config.num_workers, devices)
-    self.sim = simulator.Simulation(
-        config, plan.dataset, cluster=cluster,
-        workers_per_call=config.workers_per_call, mesh=mesh)
+    self.sim = simulator.Simulation(config, plan.dataset, cluster=cluster,
+                                    mesh=mesh)
     self.layout = plan.layout
     self.x_test, self.y_test = plan.dataset.x_test, plan.dataset.y_test
     info = self.sim.info
@@ -151,13 +149,13 @@ class SimulatedBackend(backend_lib.Backend):
       self._evaluate(final=False)
       period = config.checkpoint_every_seconds
       saved_at = time.monotonic()
-      rounds = 0
+      rounds, every = 0, config.options.eval_every_rounds
       while not sim.done:
         if config.max_seconds and time.time() - book.t0 >= config.max_seconds:
           break  # As the processes' stop: the workers' shares end here.
         self._book_round(*self._round())
         rounds += 1
-        if config.eval_every_rounds and rounds % config.eval_every_rounds == 0:
+        if every and rounds % every == 0:
           self._evaluate(final=False)
         # The final checkpoint follows the last round at once.
         if (period and period > 0 and not sim.done and

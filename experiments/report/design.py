@@ -206,9 +206,9 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   # One cell at a reduced budget: the commit order (round robin, random
   # speeds, real processes) for both strategies, and AEASGD's α.
   n, l = ablation_cell
+  # The processes runs ignore the flagfile's simulator settings.
   order = {ROUND_ROBIN: (), RANDOM: (f"--speed_model={RANDOM_SPEEDS}",),
-           PROCESSES: ("--backend=processes", "--cluster=none",
-                       "--speed_model=constant")}
+           PROCESSES: ("--backend=processes",)}
   for variant, extra in order.items():
     for strategy in (REFERENCE, BASELINE):
       runs.append(RunSpec(ABLATION, strategy, n, l, 0, ablation_epochs,
