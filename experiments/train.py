@@ -101,6 +101,12 @@ class ProgressBar:
       self._bar.total = total
       self._bar.refresh()
     if kind == "commit":
+      clock = event.get("clock")
+      if (not self._commits and isinstance(clock, int) and
+          not isinstance(clock, bool) and clock > 1):
+        # A resumed run: count on from the commits its checkpoint holds,
+        # without a burst in the rate.
+        self._bar.n = self._bar.last_print_n = self._bar.initial = clock - 1
       self._commits += 1
       staleness = event.get("staleness")
       if isinstance(staleness, (int, float)):

@@ -362,3 +362,20 @@ def test_an_interrupt_python_dropped_is_sent_again(exception, code):
                           capture_output=True, text=True, timeout=60)
   assert "went on" not in result.stdout
   assert result.returncode == code, result.stderr
+
+
+def test_progress_bar_of_a_resumed_run_counts_on_from_its_checkpoint():
+  from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
+  bar = train_lib.ProgressBar(TrainConfig(num_workers=2), enabled=True)
+  # The first commit of this sitting is the run's 201st: 200 were restored.
+  bar({"event": "commit", "clock": 201, "staleness": 1,
+       "expected_commits": 440})
+  bar({"event": "commit", "clock": 202, "staleness": 1,
+       "expected_commits": 440})
+  assert (bar._bar.n, bar._bar.total) == (202, 440)
+  fresh = train_lib.ProgressBar(TrainConfig(num_workers=2), enabled=True)
+  for clock in (1, 2, 3):
+    fresh({"event": "commit", "clock": clock, "staleness": 0})
+  assert fresh._bar.n == 3
+  bar.close()
+  fresh.close()
