@@ -10,6 +10,7 @@ import shlex
 import sys
 
 from absl import flags
+from absl import logging
 
 from experiments import compare
 from experiments import flags as flags_lib
@@ -58,6 +59,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def main(argv):
   del argv
+  # The report prints a line a run of its own; each run's "training in ..."
+  # line is the train CLI's. -v (--verbosity) brings them back.
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
   from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
   p = design.preset(FLAGS.preset)
   study_dir = FLAGS.study_dir or os.path.join("runs", f"report-{p.name}")
