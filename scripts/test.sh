@@ -4,5 +4,9 @@
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k transform`.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-# The tests, and every docstring example in the library and experiments/.
-python -m pytest -q --doctest-modules tests agn_jax experiments "$@"
+# The tests, and every docstring example in the library and experiments/, in
+# two pytest processes (pytest-xdist), a test file each at a time: much of
+# the suite waits on the processes, Ray instances and signals it starts, so
+# one process leaves a core idle. `-n 0` runs it in one process.
+python -m pytest -q --doctest-modules -n 2 --dist loadfile tests agn_jax \
+  experiments "$@"
