@@ -237,7 +237,7 @@ def run_sweep(*args, timeout=300):
 
 @pytest.mark.slow
 def test_cli_strategy_flagfile_cannot_change_the_budget(tmp_path):
-  # Issue 10.5's command: --epochs typed, the aeasgd flagfile says 40.
+  # --epochs typed on the command line, and the aeasgd flagfile says 40.
   result = run_sweep(
       "--flagfile=experiments/configs/paper_mnist_agn.flags", "--epochs=100",
       "--strategies=agn,aeasgd",
