@@ -112,9 +112,9 @@ def int8(chunk: int = INT8_CHUNK) -> Codec:
     >>> codec = int8(chunk=2)
     >>> q, scale = codec.encode(jnp.array([1.0, -0.5, 0.0, 0.0, 2.54]))
     >>> q, scale
-    (Array([ 127,  -64,    0,    0,  127], dtype=int8), Array([0.00787402, 0.        , 0.02      ], dtype=float32))
+    (Array([127, -64,   0,   0, 127], dtype=int8), Array([0.00787402, 0.        , 0.02      ], dtype=float32))
     >>> codec.decode((q, scale), 5)
-    Array([ 1.       , -0.503937 ,  0.       ,  0.       ,  2.54     ],      dtype=float32)
+    Array([ 1.      , -0.503937,  0.      ,  0.      ,  2.54    ], dtype=float32)
   """
   if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
     raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
