@@ -7,7 +7,7 @@ process builds exactly the same thing from the same config.
 import jax
 import numpy as np
 
-from agn_jax import models, strategies
+from agn_jax import compression, models, strategies
 from agn_jax.config import TrainConfig
 
 
@@ -27,15 +27,16 @@ def check_strategy_settings(config: TrainConfig) -> TrainConfig:
 
 
 def build_strategy(config: TrainConfig) -> strategies.Strategy:
-  """The strategy, worker optimizer and server optimizer a config names.
+  """The strategy, worker optimizer, server optimizer and commit compression a config names.
 
   Works on the resolved config (`config.resolved()`, taken here if `config`
   still has fields left at None), and passes the strategy's factory exactly
   the arguments it takes (`strategies.parameters`).
 
   Raises:
-    ValueError: for anything `check_strategy_settings` rejects, or a bad
-      value (e.g. a learning rate <= 0).
+    ValueError: for anything `check_strategy_settings` rejects, a bad
+      value (e.g. a learning rate <= 0), or compression for a strategy that
+      commits no delta.
   """
   config = check_strategy_settings(config)
   name = config.strategy
@@ -54,8 +55,10 @@ def build_strategy(config: TrainConfig) -> strategies.Strategy:
                   momentum=config.momentum,
                   normalization=config.normalization,
                   server_optimizer=outer)
-  return strategies.get_strategy(
+  strategy = strategies.get_strategy(
       name, **{k: v for k, v in settings.items() if k in accepted})
+  return strategies.with_compression(
+      strategy, compression.parse(config.commit_compression))
 
 
 def build_model(config: TrainConfig, num_classes: int, input_shape):

@@ -166,12 +166,16 @@ class Workload(NamedTuple):
       (Adam: 2; AGN with Adam: 4, its anchor and delta too).
     payload_vectors: model-sized vectors in a commit (adag: 2, else 1).
     pull_before_commit: the strategy pulls before it commits.
+    payload_bytes: a commit's bytes as sent (`--commit_compression`);
+      None: `payload_vectors` float32 vectors of the model's size. The
+      server's apply still reads and writes whole vectors.
   """
   num_params: int
   flops_per_step: float = 0.0
   optimizer_floats: float = 0.0
   payload_vectors: int = 1
   pull_before_commit: bool = False
+  payload_bytes: Optional[float] = None
 
   def update_bytes(self) -> float:
     """Memory an optimizer step touches: the parameters, their gradient, the state.
@@ -623,7 +627,9 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
       bandwidth_gbps)
   latency = cluster.latency_ms if latency_ms is None else float(latency_ms)
   center_bytes = BYTES_PER_PARAM * workload.num_params
-  payload_bytes = center_bytes * workload.payload_vectors
+  apply_bytes = center_bytes * workload.payload_vectors
+  payload_bytes = (apply_bytes if workload.payload_bytes is None else
+                   float(workload.payload_bytes))
   if cluster.step_seconds is not None:
     step = cluster.step_seconds
   else:
@@ -636,7 +642,7 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
   elif cluster.server_apply_seconds is not None:
     apply = cluster.server_apply_seconds
   else:
-    apply = payload_bytes / cluster.server_bytes_per_second
+    apply = apply_bytes / cluster.server_bytes_per_second
   record = {"bandwidth_gbps": bandwidth, "latency_ms": latency,
             "payload_bytes": payload_bytes, "center_bytes": center_bytes}
   if cluster.unit == "steps":

@@ -320,6 +320,17 @@ class TrainConfig:
       "commit applies --server_learning_rate · Δ / N, every N-th also the "
       "Nesterov correction; 1 is Nesterov. The other optimizers ignore it.",
       check=POSITIVE_INT, strategy=True)
+  commit_compression: str = setting(
+      "none", "How a commit's delta travels: none (float32), bf16 (2 B per "
+      "parameter), int8 (1 B per parameter, a float32 scale per 1024) or "
+      "topk:FRACTION (that fraction of the entries, the largest in "
+      "magnitude, 8 B each). What the code drops stays in the worker's "
+      "error-feedback residual and goes with its next commit; the server "
+      "decodes before its rule. adag's stale_center travels float32.",
+      parse=lambda text: importlib.import_module(
+          "agn_jax.compression").parse(text),
+      accepts="none, bf16, int8 or topk:FRACTION with FRACTION in (0, 1]",
+      resume_fixed=True, cost=True)
   platform: Optional[str] = setting(
       None, "Platform of the workers; default: whatever JAX finds.")
   eval_every_seconds: float = setting(

@@ -145,11 +145,18 @@ class _Workers(NamedTuple):
       that commits against the center it pulled before the window and reads
       it (adag); else None.
     clock: the server clock of that pull (int32).
+    residual: with a `Strategy.compression`, each worker's error-feedback
+      residual (`strategies.ResidualWorkerState`); else None.
   """
   params: Any
   opt_state: Any
   pulled: Any
   clock: jax.Array
+  residual: Any = None
+
+  def state(self, strategy) -> Any:
+    """The strategy's worker state of these params, optimizer state and residual."""
+    return strategy.worker_state(self.params, self.opt_state, self.residual)
 
 
 def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
@@ -157,7 +164,9 @@ def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
   """What one worker computes and sends, for the time model (`agn_jax.cluster`).
 
   The forward and backward pass's FLOPs are XLA's count for one mini-batch;
-  the optimizer state's size is the worker transformation's.
+  the optimizer state's size is the worker transformation's; a commit's
+  bytes are its payload's as sent (`Strategy.commit_bytes`: compressed with
+  `--commit_compression`).
 
   Example:
     >>> from agn_jax import get_strategy
@@ -167,8 +176,8 @@ def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
     ...                           inner=optax.adam(1e-3)), loss,
     ...              {"w": jnp.zeros((3, 2))}, np.zeros((8, 3), np.float32),
     ...              np.zeros(8, np.int32), batch_size=4)
-    >>> w.num_params, w.optimizer_floats, w.payload_vectors
-    (6, 4.0, 1)
+    >>> w.num_params, w.optimizer_floats, w.payload_vectors, w.payload_bytes
+    (6, 4.0, 1, 24)
   """
   center = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), center)
   num_params = sum(int(np.size(a)) for a in jax.tree.leaves(center))
@@ -193,7 +202,8 @@ def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
       num_params=num_params, flops_per_step=flops,
       optimizer_floats=floats / max(num_params, 1),
       payload_vectors=len(strategy.payload),
-      pull_before_commit=bool(strategy.pull_before_commit))
+      pull_before_commit=bool(strategy.pull_before_commit),
+      payload_bytes=strategy.commit_bytes(center))
 
 
 # --- Devices ----------------------------------------------------------------
@@ -504,15 +514,20 @@ class Simulation:
     self._pending: List[Optional[tuple]] = [None] * n
     self._rejected_in_a_row = [0] * n
     self._samplers = self._fresh_samplers()
+    # Messages of this session (not restored): each commit, and the center
+    # its worker receives with the reply (or pulls first, `pull_before_commit`).
+    self.commit_bytes = strategy.commit_bytes(center)
+    self.center_bytes = 4 * self.layout.num_params
+    self._messages = [0] * n
 
   def _initial_workers(self, center):
     n, strategy = self.num_workers, self.strategy
 
     def stack(center):
-      params, opt_state = strategy.init_worker(center)
-      one = _Workers(params, opt_state,
+      state = strategy.init_worker(center)
+      one = _Workers(state.params, state.opt_state,
                      center if self._keeps_pulled else None,
-                     jnp.zeros([], jnp.int32))
+                     jnp.zeros([], jnp.int32), getattr(state, "residual", None))
       return jax.tree.map(
           lambda x: jnp.broadcast_to(x, (n,) + jnp.shape(x)), one)
 
@@ -543,14 +558,15 @@ class Simulation:
         lambda state: strategy.worker_receive(state, state.params, False))
 
     def restart(workers, mask):
-      state = strategies.WorkerState(workers.params, workers.opt_state)
+      state = workers.state(strategy)
 
       def pick(new, old):
         where = mask.reshape(mask.shape + (1,) * (old.ndim - 1))
         return jnp.where(where, new, old)
 
-      params, opt_state = jax.tree.map(pick, fresh_start(state), state)
-      return workers._replace(params=params, opt_state=opt_state)
+      fresh = jax.tree.map(pick, fresh_start(state), state)
+      return workers._replace(params=fresh.params, opt_state=fresh.opt_state,
+                              residual=getattr(fresh, "residual", None))
 
     return jax.jit(restart, donate_argnums=0, out_shardings=self._sharded)
 
@@ -631,8 +647,7 @@ class Simulation:
       else:
         pulled, pulled_clock = (w.pulled if keeps_pulled else center), w.clock
       staleness = server.clock - pulled_clock
-      payload, state = strategy.worker_commit(
-          strategies.WorkerState(w.params, w.opt_state), pulled)
+      payload, state = strategy.worker_commit(w.state(strategy), pulled)
       center, server, accepted = strategy.server_apply(center, server, payload,
                                                        staleness)
       # A pull costs nothing here: every worker receives the new center.
@@ -645,7 +660,8 @@ class Simulation:
       opt_state = jax.tree.map(lambda new, k, old: old if k is old else new,
                                received.opt_state, kept.opt_state, w.opt_state)
       w_new = _Workers(received.params, opt_state,
-                       center if keeps_pulled else None, server.clock)
+                       center if keeps_pulled else None, server.clock,
+                       getattr(received, "residual", None))
       workers = put(workers, worker, w_new, w)
       rec = dict(rec,
                  clock=rec["clock"].at[i].set(server.clock),
@@ -774,6 +790,7 @@ class Simulation:
           window_start=float(c.window_start), step_accuracy=window_steps,
           window_end=float(c.window_end), window_round=ran))
       self._windows_done[k] += 1
+      self._messages[k] += 1
       self._rejected += int(rejected[i])
       self._rejected_in_a_row[k] = (self._rejected_in_a_row[k] + 1
                                     if rejected[i] else 0)
@@ -831,6 +848,16 @@ class Simulation:
                        "config, or pass apply_fn to from_parts")
     return models.evaluate(self._apply_fn, self._center, x, y, batch_size)
 
+  def traffic(self, worker: int) -> Dict[str, int]:
+    """What `worker` sent and received in this session, in payload bytes as sent.
+
+    Each commit is one message of `commit_bytes` (compressed with
+    `--commit_compression`) and one center of `center_bytes` (float32), as
+    the time model charges them.
+    """
+    return {"bytes_committed": self._messages[worker] * self.commit_bytes,
+            "bytes_pulled": self._messages[worker] * self.center_bytes}
+
   @property
   def simulated_time(self) -> float:
     """When the last commit so far happened, on the time model's clock (0 before the first)."""
@@ -863,7 +890,8 @@ class Simulation:
       `{"arrays": {"workers", "center", "server_state"}, "meta": {...}}`.
       `arrays` is a pytree of numpy arrays: `workers` is the stacked worker
       state (`params`, `opt_state`, `pulled` or None, `clock`: each leaf with
-      a leading axis of n), `center` the center pytree, `server_state` the
+      a leading axis of n; with `--commit_compression` also `residual`),
+      `center` the center pytree, `server_state` the
       rule's `ServerState`. `meta` is JSON-able: `round`, `num_commits`
       (applied and rejected), `clock` (applied), `rejected_commits`,
       `windows_done` (committed), `windows_run` (computed),

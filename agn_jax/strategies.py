@@ -9,15 +9,19 @@ written outside this package: `check_name`) and only calls its half-steps
 import dataclasses
 import importlib
 import inspect
+import math
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from agn_jax import compression as compression_lib
 from agn_jax import transform
 
-Payload = Dict[str, Any]  # What a worker commits: "delta", plus "stale_center" for adag.
+# What a worker commits: "delta", plus "stale_center" for adag. With a
+# `Strategy.compression`, "delta" is the codec's encoding of it.
+Payload = Dict[str, Any]
 
 
 class ServerState(NamedTuple):
@@ -232,6 +236,23 @@ class WorkerState(NamedTuple):
   opt_state: optax.OptState
 
 
+class ResidualWorkerState(NamedTuple):
+  """A worker's state between two commits of a strategy with `compression`.
+
+  Attributes:
+    params: as `WorkerState`'s.
+    opt_state: as `WorkerState`'s.
+    residual: what the codec dropped from the commits so far, to be sent
+      with the next one (error feedback, `agn_jax.compression.compress`): a
+      flat float32 vector, the parameters' leaves in `jax.tree.leaves`
+      order.
+  """
+
+  params: optax.Params
+  opt_state: optax.OptState
+  residual: jax.Array
+
+
 def _where(accepted, on_accept, on_reject):
   """`on_accept` where `accepted` (a bool array) else `on_reject`, leaf by leaf."""
   return jax.tree.map(lambda a, r: jnp.where(accepted, a, r), on_accept,
@@ -274,6 +295,12 @@ class Strategy:
     pull_fn: `(params, opt_state, center) -> (params, opt_state)`, what the
       worker does with the center after an accepted commit
       (`worker_receive`).
+    compression: None, or the `agn_jax.compression.Codec` the payload's
+      `delta` travels in (`with_compression`): `worker_commit` encodes the
+      flat delta plus the worker's residual and keeps what the code dropped
+      in `ResidualWorkerState.residual`; `server_apply` decodes before the
+      rule.
+      Any other payload entry (adag's `stale_center`) travels as it is.
 
   Example:
     >>> import jax.numpy as jnp, optax
@@ -304,10 +331,25 @@ class Strategy:
   payload: Tuple[str, ...]
   commit_fn: Callable[..., Tuple[Payload, Any, Any]]
   pull_fn: Callable[..., Tuple[Any, Any]]
+  compression: Optional[compression_lib.Codec] = None
 
   def init_worker(self, center) -> WorkerState:
-    """A worker's state at a center it pulled first: a fresh start there."""
-    return WorkerState(center, self.worker_transform.init(center))
+    """A worker's state at a center it pulled first: a fresh start there (a zero residual)."""
+    return self.worker_state(center, self.worker_transform.init(center),
+                             self._fresh_residual(center))
+
+  def worker_state(self, params, opt_state, residual=None):
+    """A `WorkerState`, or with `compression` a `ResidualWorkerState` (a None `residual`: zeros)."""
+    if self.compression is None:
+      return WorkerState(params, opt_state)
+    if residual is None:
+      residual = self._fresh_residual(params)
+    return ResidualWorkerState(params, opt_state, residual)
+
+  def _fresh_residual(self, like):
+    if self.compression is None:
+      return None
+    return jnp.zeros(_size(like), jnp.float32)
 
   def worker_commit(self, state: WorkerState,
                     center) -> Tuple[Payload, WorkerState]:
@@ -319,13 +361,84 @@ class Strategy:
         else the one it pulled before the window.
 
     Returns:
-      `(payload, state)`: the payload, a dict with the keys `self.payload`,
-      and the worker's state after its commit.
+      `(payload, state)`: the payload, a dict with the keys `self.payload`
+      (its `delta` encoded by `compression`, if any), and the worker's state
+      after its commit.
     """
     payload, params, opt_state = self.commit_fn(state.params, state.opt_state,
                                                 center)
-    return ({key: payload[key] for key in self.payload},
-            WorkerState(params, opt_state))
+    payload = {key: payload[key] for key in self.payload}
+    residual = getattr(state, "residual", None)
+    if self.compression is not None:
+      if residual is None:
+        residual = self._fresh_residual(payload["delta"])
+      payload["delta"], residual = compression_lib.compress(
+          self.compression, _ravel(payload["delta"]), residual)
+    return payload, self.worker_state(params, opt_state, residual)
+
+  def decompress(self, payload: Payload, center) -> Payload:
+    """The payload with its `delta` decoded into the center's shape (as is without `compression`)."""
+    if self.compression is None:
+      return payload
+    flat = self.compression.decode(payload["delta"], _size(center))
+    return dict(payload, delta=_unravel_like(flat, center))
+
+  def pack(self, payload: Payload) -> Tuple[jax.Array, ...]:
+    """The payload as the runtime sends it: flat arrays of plain dtypes (jittable).
+
+    Each entry in `self.payload` order: a pytree raveled into one float32
+    vector (the leaves in `jax.tree.leaves` order, as `agn_jax.flat.FlatLayout`
+    ravels them), an encoded `delta` as its codec's arrays (`Codec.to_wire`).
+    `unpack` undoes it.
+    """
+    wire = []
+    for key in self.payload:
+      if key == "delta" and self.compression is not None:
+        wire.extend(self.compression.to_wire(payload[key]))
+      else:
+        wire.append(_ravel(payload[key]))
+    return tuple(wire)
+
+  def unpack(self, wire, center) -> Payload:
+    """The payload `pack` sent, its pytrees shaped like `center` (jittable)."""
+    wire, payload = list(wire), {}
+    for key in self.payload:
+      if key == "delta" and self.compression is not None:
+        arity = len(jax.eval_shape(self.compression.encode,
+                                   jax.ShapeDtypeStruct((1,), jnp.float32)))
+        payload[key] = tuple(self.compression.from_wire(wire[:arity]))
+        del wire[:arity]
+      else:
+        payload[key] = _unravel_like(wire.pop(0), center)
+    return payload
+
+  def wire_spec(self, center) -> Tuple[jax.ShapeDtypeStruct, ...]:
+    """The shapes and dtypes of `pack`'s arrays for a model shaped like `center` (arrays or `jax.ShapeDtypeStruct`s).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from agn_jax import compression, get_strategy
+      >>> s = with_compression(get_strategy("adag"), compression.parse("int8"))
+      >>> [(x.shape, str(x.dtype)) for x in s.wire_spec(jnp.zeros(3000))]
+      [((3000,), 'int8'), ((3,), 'float32'), ((3000,), 'float32')]
+    """
+    return tuple(jax.eval_shape(
+        lambda c: self.pack(self.worker_commit(self.init_worker(c), c)[0]),
+        center))
+
+  def commit_bytes(self, center) -> int:
+    """Bytes of one commit as sent (`wire_spec`'s arrays) for a model shaped like `center`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from agn_jax import compression, get_strategy
+      >>> s = get_strategy("agn")
+      >>> s.commit_bytes(jnp.zeros(1000)), with_compression(
+      ...     s, compression.parse("bf16")).commit_bytes(jnp.zeros(1000))
+      (4000, 2000)
+    """
+    return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize
+               for x in self.wire_spec(center))
 
   def accepts(self, payload: Payload) -> jax.Array:
     """Whether the server applies `payload`: every number in it is finite.
@@ -342,7 +455,8 @@ class Strategy:
     Args:
       center: the center.
       server_state: the `ServerState`.
-      payload: the commit's payload, as `worker_commit` made it.
+      payload: the commit's payload, as `worker_commit` made it (an encoded
+        `delta` is decoded here, `decompress`).
       staleness: server clock − the clock of the center the worker last
         pulled (int32).
 
@@ -352,7 +466,8 @@ class Strategy:
       state (its clock too) as they were.
     """
     accepted = self.accepts(payload)
-    applied = self.rule.apply(center, payload, server_state, staleness)
+    applied = self.rule.apply(center, self.decompress(payload, center),
+                              server_state, staleness)
     center, server_state = _where(accepted, applied, (center, server_state))
     return center, server_state, accepted
 
@@ -386,10 +501,72 @@ class Strategy:
     """
     if isinstance(accepted, bool) and not accepted:
       return self.init_worker(center)
-    kept = WorkerState(*self.pull_fn(state.params, state.opt_state, center))
+    kept = self.worker_state(
+        *self.pull_fn(state.params, state.opt_state, center),
+        getattr(state, "residual", None))
     if isinstance(accepted, bool):
       return kept
     return _where(accepted, kept, self.init_worker(center))
+
+
+def _size(tree) -> int:
+  """The number of entries of a pytree's leaves (arrays or `jax.ShapeDtypeStruct`s)."""
+  return sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(tree))
+
+
+def _ravel(tree) -> jax.Array:
+  """A pytree as one flat float32 vector, its leaves in `jax.tree.leaves` order."""
+  return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32)
+                          for leaf in jax.tree.leaves(tree)])
+
+
+def _unravel_like(flat, like):
+  """`flat` as a pytree shaped like `like` (`_ravel` undone)."""
+  leaves, treedef = jax.tree.flatten(like)
+  out, start = [], 0
+  for leaf in leaves:
+    size = math.prod(jnp.shape(leaf))
+    out.append(flat[start:start + size].reshape(jnp.shape(leaf)))
+    start += size
+  return treedef.unflatten(out)
+
+
+def with_compression(strategy: Strategy,
+                     codec: Optional[compression_lib.Codec]) -> Strategy:
+  """`strategy` whose commits send their `delta` through `codec`, with error feedback.
+
+  Every strategy's `delta` is an update to add to the center: AGN's `a/λ`,
+  DOWNPOUR's and DynSGD's `a`, the elastic strategies' `E`, adag's
+  normalized delta (its `stale_center` travels uncompressed: it is a center,
+  not an update, and an error in it would have no residual to make up for
+  it). An elastic worker moves itself by the whole `E` and sends the
+  compressed `E` plus its residual, so the center receives all of it, a
+  little late.
+
+  Args:
+    strategy: a `Strategy`.
+    codec: an `agn_jax.compression.Codec`, or None (no compression).
+
+  Returns:
+    The `Strategy` with `compression=codec`.
+
+  Raises:
+    ValueError: for a strategy whose payload has no `delta`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from agn_jax import compression, get_strategy
+    >>> s = with_compression(get_strategy("aeasgd"), compression.parse("bf16"))
+    >>> payload, state = s.worker_commit(s.init_worker(jnp.ones(2)),
+    ...                                  jnp.zeros(2))
+    >>> payload["delta"][0].dtype, state.residual.shape
+    (dtype(bfloat16), (2,))
+  """
+  if codec is not None and "delta" not in strategy.payload:
+    raise ValueError(f"strategy {strategy.name!r} commits no delta (its "
+                     f"payload is {', '.join(strategy.payload)}); "
+                     "commit_compression needs one")
+  return dataclasses.replace(strategy, compression=codec)
 
 
 _REGISTRY: Dict[str, Callable[..., Strategy]] = {}

@@ -196,7 +196,8 @@ def format_settings(config: TrainConfig) -> str:
 
   The server optimizer's learning rate and momentum are shown only when there
   is a server optimizer, `server_every` only for delayed_nesterov; an
-  elastic strategy's `α = ρη` is shown last.
+  elastic strategy's `α = ρη` is shown next, and `commit_compression` last,
+  where commits are compressed.
 
   Example:
     >>> format_settings(TrainConfig(strategy="aeasgd"))
@@ -215,6 +216,8 @@ def format_settings(config: TrainConfig) -> str:
                  f"{name}={value}")
   if used.elastic_alpha() is not None:
     parts.append(f"elastic_alpha={used.elastic_alpha():g}")
+  if used.commit_compression != "none":
+    parts.append(f"commit_compression={used.commit_compression}")
   return f"{used.strategy}: " + " ".join(parts)
 
 

@@ -4,10 +4,13 @@ Compares, in the same run with interleaved repetitions, the shared-memory
 transport, a pickled `multiprocess.Queue` round trip, and one in-process numpy
 memcpy of the same bytes; with --backend=ray also the Ray transport (a server
 actor on a private local Ray instance, this process the worker). Prints one
-JSON object.
+JSON object. With --commit_compression the shared-memory (and Ray) commit
+carries that codec's arrays (`agn_jax.compression`, encoded once before the
+timing: this measures the transport, not the codec); the pull is the float32
+center either way, and the pickle and memcpy references stay float32.
 
   python scripts/bench_transport.py [--reps 30] [--num_params 4798010]
-      [--backend processes|ray]
+      [--backend processes|ray] [--commit_compression none|bf16|int8|topk:F]
 """
 
 import argparse
@@ -41,15 +44,33 @@ def machine():
   }
 
 
+def _read_commit(transport, arrays, buffers):
+  """What the server does with a commit, less the arithmetic: reads each of its arrays out; returns the center to publish.
+
+  Uncompressed, the one float32 vector read is the center; a compressed
+  commit is read into buffers of its own, and the center published as it is.
+  """
+  for buffer, array in zip(buffers, arrays):
+    np.copyto(buffer, array)
+  uncompressed = transport.wire == ((transport.num_params,
+                                     np.dtype(np.float32).str),)
+  return buffers[0] if uncompressed else None
+
+
+def _buffers(transport):
+  return [np.empty(n, np.dtype(d)) for n, d in transport.wire]
+
+
 def _server(transport, requests, replies, reps):
   """The other process: for each rep, serve one shm commit, then one pickled one."""
   center = np.zeros(transport.num_params, np.float32)
+  buffers = _buffers(transport)
   transport.publish(center, 0)
   for rep in range(reps):
     header = transport.next_slot(timeout=60)
-    # What the server does with a commit, less the arithmetic: read the slot
-    # into the center and publish it.
-    np.copyto(center, transport.slot(header.slot)[0])
+    read = _read_commit(transport, transport.slot(header.slot), buffers)
+    if read is not None:
+      np.copyto(center, read)
     transport.free_slot(header.slot)
     transport.publish(center, rep + 1)
     transport.acknowledge(header.worker)
@@ -63,20 +84,23 @@ class RayServer:
 
   def serve(self, transport, reps):
     center = np.zeros(transport.num_params, np.float32)
+    buffers = _buffers(transport)
     transport.publish(center, 0)
     for rep in range(reps):
       commit = transport.next_commit(timeout=60)
-      np.copyto(center, commit.payload[0])
+      read = _read_commit(transport, commit.payload, buffers)
+      if read is not None:
+        np.copyto(center, read)
       transport.publish(center, rep + 1)
       transport.release(commit)
     return reps
 
 
-def _ray_round_trip(transport, delta, pulled, rep):
+def _ray_round_trip(transport, payload, pulled, rep):
   """One commit + acknowledgement + pull through the Ray transport, as a worker does it."""
   from agn_jax.runtime.transport import CommitMeta
   t = time.perf_counter()
-  assert transport.commit((delta,), CommitMeta(0, rep, 0.0, 0.0, 0.0),
+  assert transport.commit(payload, CommitMeta(0, rep, 0.0, 0.0, 0.0),
                           timeout=60)
   assert transport.wait_acknowledged(0, rep + 1, timeout=60)
   transport.pull(pulled)
@@ -90,29 +114,42 @@ def main():
   parser.add_argument("--backend", choices=("processes", "ray"),
                       default="processes",
                       help="ray: also measure the Ray transport")
+  parser.add_argument("--commit_compression", default="none",
+                      help="none, bf16, int8 or topk:FRACTION: what the "
+                      "commit carries")
   args = parser.parse_args()
+  from agn_jax import compression
+  try:
+    codec = compression.parse(args.commit_compression)
+  except ValueError as e:
+    parser.error(str(e))
+  p = args.num_params
+  delta = np.random.default_rng(0).normal(size=p).astype(np.float32)
+  payload = (delta,)
+  if codec is not None:
+    payload = tuple(np.asarray(a) for a in codec.to_wire(codec.encode(delta)))
+  wire = tuple((a.size, a.dtype.str) for a in payload)
   ray_server = None
   if args.backend == "ray":
     import ray
     ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
              log_to_driver=False, configure_logging=False)
     from agn_jax.runtime.ray_transport import RayTransport
-    ray_transport = RayTransport.create(args.num_params, 1, 1, 2)
+    ray_transport = RayTransport.create(p, len(wire), 1, 2, wire=wire)
     ray_server = ray.remote(RayServer).options(num_cpus=0).remote()
     ray_done = ray_server.serve.remote(ray_transport, args.reps + 1)
 
   import multiprocess
   from agn_jax.runtime.transport import CommitHeader, SharedMemoryTransport
   ctx = multiprocess.get_context("spawn")
-  p = args.num_params
-  transport = SharedMemoryTransport.create(ctx, p, payload_size=1,
-                                           num_slots=2, num_workers=1)
+  transport = SharedMemoryTransport.create(ctx, p, payload_size=len(wire),
+                                           num_slots=2, num_workers=1,
+                                           wire=wire)
   requests, replies = ctx.Queue(), ctx.Queue()
   server = ctx.Process(target=_server,
                        args=(transport, requests, replies, args.reps + 1))
   server.start()
   try:
-    delta = np.random.default_rng(0).normal(size=p).astype(np.float32)
     pulled = np.empty(p, np.float32)
     times = {"shm": [], "pickle": [], "memcpy": [], "ray": []}
     transport.pull(pulled, timeout=60)
@@ -121,12 +158,13 @@ def main():
     for rep in range(args.reps + 1):  # Rep 0 warms up every path.
       t = time.perf_counter()
       slot = transport.acquire_slot(0, timeout=60)
-      np.copyto(transport.slot(slot)[0], delta)
+      for view, array in zip(transport.slot(slot), payload):
+        np.copyto(view, array)
       transport.queue_slot(CommitHeader(slot, 0, rep, 0.0, 0.0, 0.0))
       transport.wait_acknowledged(0, rep + 1, timeout=60)
       transport.pull(pulled)
       shm_s = time.perf_counter() - t
-      assert np.array_equal(pulled, delta)
+      assert codec is not None or np.array_equal(pulled, delta)
 
       t = time.perf_counter()
       requests.put(delta)
@@ -138,8 +176,8 @@ def main():
       np.copyto(pulled, delta)
       memcpy_s = time.perf_counter() - t
       if ray_server is not None:
-        ray_s = _ray_round_trip(ray_transport, delta, pulled, rep)
-        assert np.array_equal(pulled, delta)
+        ray_s = _ray_round_trip(ray_transport, payload, pulled, rep)
+        assert codec is not None or np.array_equal(pulled, delta)
         if rep:
           times["ray"].append(ray_s)
       if rep:
@@ -170,6 +208,8 @@ def main():
       "benchmark": "transport_roundtrip",
       "num_params": p,
       "megabytes": round(p * 4 / 1e6, 2),
+      "commit_compression": args.commit_compression,
+      "commit_bytes": int(sum(a.nbytes for a in payload)),
       "reps": args.reps,
       "statistic": "median",
       "shm_roundtrip_ms": round(ms["shm"], 3),

@@ -62,13 +62,17 @@ class Plan(NamedTuple):
     windows: whole communication windows in each worker's share.
     expected_commits: `num_workers × windows`.
     layout: the parameters' `FlatLayout`.
-    payload_size: flat vectors per commit.
+    payload_size: flat arrays per commit.
+    wire: each of those arrays' `(length, dtype)` (`strategy.wire_spec`:
+      float32 vectors of the model's size, or a codec's arrays with
+      `--commit_compression`), what the transport's slots hold.
   """
   dataset: Any
   windows: int
   expected_commits: int
   layout: Any
   payload_size: int
+  wire: Tuple[Tuple[int, str], ...] = ()
 
 
 def plan(config: TrainConfig, dataset=None) -> Plan:
@@ -105,7 +109,17 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
     from agn_jax import checkpoint
     checkpoint.validate_for_resume(config.workdir, config.to_dict(),
                                    len(dataset.x_train), layout.metadata())
-  return Plan(dataset, windows, n * windows, layout, len(strategy.payload))
+  wire = wire_of(strategy, layout)
+  return Plan(dataset, windows, n * windows, layout, len(wire), wire)
+
+
+def wire_of(strategy, layout) -> Tuple[Tuple[int, str], ...]:
+  """`(length, dtype)` of each flat array a commit of `strategy` sends for `layout`'s model."""
+  import jax
+  shapes = layout.treedef.unflatten(
+      [jax.ShapeDtypeStruct(s, np.float32) for s in layout.shapes])
+  return tuple((int(np.prod(x.shape)), np.dtype(x.dtype).str)
+               for x in strategy.wire_spec(shapes))
 
 
 class Backend(abc.ABC):

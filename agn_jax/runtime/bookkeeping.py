@@ -394,6 +394,23 @@ class RunBook:
       out["first_commit"] = round(self.commit_times[0] - self.t0, 3)
     return out
 
+  @staticmethod
+  def _traffic(stats, previous) -> Dict[str, Optional[int]]:
+    """`bytes_committed` and `bytes_pulled`: payload bytes as sent, over every worker that reported them, a resume's earlier sessions included.
+
+    A commit counts its payload as the transport carried it (compressed with
+    `--commit_compression`), a pull the float32 center; a simulated run
+    counts the messages its time model charges. A worker that died before
+    reporting is missing; None where no worker reported.
+    """
+    out = {}
+    for key in ("bytes_committed", "bytes_pulled"):
+      values = [s[key] for s in stats if s.get(key) is not None]
+      if isinstance(previous.get(key), int):
+        values.append(previous[key])
+      out[key] = int(sum(values)) if values else None
+    return out
+
   def summary(self, interrupted: bool) -> Dict[str, object]:
     """The run's summary.json (whole-run statistics, a resume included)."""
     config = self.config
@@ -465,6 +482,7 @@ class RunBook:
         "startup": self._startup(),
         "worker_peak_rss_mb": [s.get("peak_rss_mb") for s in stats],
         "worker_uss_mb": [s.get("uss_mb") for s in stats],
+        **self._traffic(stats, previous),
         "worker_restarts": self.restarts,
         "last_checkpoint": self.last_checkpoint,
         "resumed_from_commit": restored.clock if restored else None,

@@ -359,7 +359,10 @@ def _measure_here(s: Dict[str, Any]) -> Dict[str, Any]:
   from agn_jax import build  # pylint: disable=g-import-not-at-top
   from agn_jax.config import TrainConfig  # pylint: disable=g-import-not-at-top
   from agn_jax.flat import FlatLayout  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime import shm  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.backend import wire_of  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.server import server_apply_fn  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.transport import wire_bytes  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.worker import worker_functions  # pylint: disable=g-import-not-at-top
 
   run = dict(s["run"], learning_rate=s["learning_rate"])
@@ -384,13 +387,17 @@ def _measure_here(s: Dict[str, Any]) -> Dict[str, Any]:
     return (x[idx].reshape(lam, batch, -1), y[idx].reshape(lam, batch))
 
   # Shared memory as the transport maps it: one anonymous shared mapping
-  # holds the center and a ring slot of the payload.
+  # holds the center and a ring slot of the payload as it is sent (a
+  # codec's arrays with --commit_compression), each array on its own lines.
   num_params = layout.num_params
-  vectors = len(strategy.payload)
-  shared = mmap.mmap(-1, 4 * num_params * (1 + vectors))
+  wire = wire_of(strategy, layout)
+  vectors = len(wire)
+  offsets = np.cumsum([0, shm.aligned(4 * num_params)] + [
+      shm.aligned(n * np.dtype(d).itemsize) for n, d in wire]).tolist()
+  shared = mmap.mmap(-1, offsets[-1])
   published = np.frombuffer(shared, np.float32, num_params)
-  slot = np.frombuffer(shared, np.float32, num_params * vectors,
-                       4 * num_params).reshape(vectors, num_params)
+  slot = [np.frombuffer(shared, np.dtype(d), n, offset)
+          for (n, d), offset in zip(wire, offsets[1:])]
   published[:] = center_host
   apply = server_apply_fn(strategy, layout)
   server = {"center": jnp.asarray(center_host),
@@ -474,7 +481,7 @@ def _measure_here(s: Dict[str, Any]) -> Dict[str, Any]:
       "apply_seconds": apply_seconds,
       "batch_seconds": batch_seconds,
       "copy_gbps": 8.0 * 4 * num_params / max(copy_seconds, 1e-9) / 1e9,
-      "payload_bytes": 4 * num_params * vectors,
+      "payload_bytes": wire_bytes(wire),
       "center_bytes": 4 * num_params,
       "threads": s["threads"],
       "alone": median,

@@ -35,7 +35,7 @@ import numpy as np
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
-from agn_jax.runtime.transport import Commit, Transport
+from agn_jax.runtime.transport import Commit, Transport, wire_spec
 
 
 class CommitBoard:
@@ -115,9 +115,10 @@ class InProcessTransport(Transport):
   """
 
   def __init__(self, num_params: int, payload_size: int, num_workers: int,
-               capacity: int):
+               capacity: int, wire=None):
     self.num_params = int(num_params)
     self.payload_size = int(payload_size)
+    self.wire = wire_spec(num_params, payload_size, wire)
     self.board = CommitBoard(num_workers, capacity)
     self._changed = threading.Condition()
 
@@ -157,7 +158,8 @@ class InProcessTransport(Transport):
     return latest[1]
 
   def commit(self, payload, meta, timeout):
-    vectors = np.array([np.asarray(v, np.float32) for v in payload])
+    vectors = tuple(np.array(v, dtype) for v, (_, dtype) in zip(payload,
+                                                                  self.wire))
     return self._when(self.board.has_room,
                       lambda: self.board.push(meta, vectors), timeout, False)
 
@@ -270,7 +272,8 @@ class InProcessBackend(backend_lib.ServerBackend):
     del dataset  # The plan's arrays are shared by reference.
     self.transport = InProcessTransport(plan.layout.num_params,
                                         plan.payload_size,
-                                        self.config.num_workers, slots)
+                                        self.config.num_workers, slots,
+                                        wire=plan.wire)
     self.switches = InProcessSwitches()
     self.inbox = queue.Queue()
     self.events = InProcessEvents(self.inbox)

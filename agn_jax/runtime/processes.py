@@ -100,7 +100,7 @@ class ProcessesBackend(backend_lib.ServerBackend):
         plan.dataset))
     self.transport = SharedMemoryTransport.create(
         self.mp, plan.layout.num_params, plan.payload_size, slots, n,
-        step_capacity=config.communication_window)
+        step_capacity=config.communication_window, wire=plan.wire)
     self.switches = shm.Switches.create(channels.SWITCH_NAMES)
     # Only the server and the evaluator write here; each worker has a pipe.
     self.queue = self.mp.Queue()

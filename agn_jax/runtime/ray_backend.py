@@ -194,6 +194,7 @@ class RayBackend(backend_lib.ServerBackend):
     rt = ray_transport
     self.transport = rt.RayTransport.create(plan.layout.num_params,
                                             plan.payload_size, n, slots,
+                                            wire=plan.wire,
                                             **self.on_driver_node)
     self.hub = self.transport.hub
     self.mailbox = rt.start_mailbox(**self.on_driver_node)

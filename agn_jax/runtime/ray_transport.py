@@ -36,7 +36,7 @@ from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
 from agn_jax.runtime.inprocess import CommitBoard
-from agn_jax.runtime.transport import Commit, Transport
+from agn_jax.runtime.transport import Commit, Transport, wire_spec
 
 _SWITCH_SECONDS = 0.02  # How stale a part's view of an unset switch may be.
 
@@ -220,29 +220,34 @@ class RayTransport(Transport):
   Picklable: it travels to every actor as the hub's handle and two numbers.
   """
 
-  def __init__(self, hub, num_params: int, payload_size: int):
+  def __init__(self, hub, num_params: int, payload_size: int, wire=None):
     self.num_params = int(num_params)
     self.payload_size = int(payload_size)
+    self.wire = wire_spec(num_params, payload_size, wire)
     self._hub = hub
     self._unsent = None  # (payload, packed): a commit waiting for room.
     self._sent = None  # The result of the last call not waited for.
 
   @classmethod
   def create(cls, num_params: int, payload_size: int, num_workers: int,
-             capacity: int, **actor_options) -> "RayTransport":
+             capacity: int, wire=None, **actor_options) -> "RayTransport":
     """Starts the hub actor (Ray must be initialized); `close()` ends it.
 
     Args:
       num_params: length of the flat center.
-      payload_size: flat vectors per commit.
+      payload_size: flat arrays per commit.
       num_workers: how many workers may commit.
       capacity: commits that may wait in the queue before `commit` waits.
+      wire: each payload array's `(length, dtype)` (`transport.wire_spec`);
+        None: float32 vectors of `num_params`. A compressed commit
+        (`--commit_compression`) is put into the object store as its
+        codec's arrays, so fewer bytes move.
       **actor_options: Ray options of the hub actor (e.g. its node).
     """
     import ray  # pylint: disable=g-import-not-at-top
     hub = ray.remote(Hub).options(**actor_options).remote(num_workers,
                                                            capacity)
-    return cls(hub, num_params, payload_size)
+    return cls(hub, num_params, payload_size, wire)
 
   def close(self):
     """Ends the hub actor (the creator only, once every part is done)."""
@@ -256,10 +261,11 @@ class RayTransport(Transport):
 
   def __getstate__(self):
     return {"num_params": self.num_params, "payload_size": self.payload_size,
-            "_hub": self._hub}
+            "wire": self.wire, "_hub": self._hub}
 
   def __setstate__(self, state):
-    self.__init__(state["_hub"], state["num_params"], state["payload_size"])
+    self.__init__(state["_hub"], state["num_params"], state["payload_size"],
+                  state.get("wire"))
 
   @staticmethod
   def _get(ref):

@@ -21,17 +21,15 @@ def server_apply_fn(strategy, layout):
   """`apply(center_flat, state, payload, staleness) -> (center_flat, state, accepted)`, jitted.
 
   `strategy.server_apply` sees the same pytrees it sees in a single process;
-  the flat vectors are only the wire format.
+  the flat arrays (`strategy.pack`, compressed with `--commit_compression`)
+  are only the wire format.
   """
   import jax
 
   def apply(center_flat, state, payload, staleness):
-    payload = {
-        key: layout.unravel(vector)
-        for key, vector in zip(strategy.payload, payload)
-    }
+    center = layout.unravel(center_flat)
     center, state, accepted = strategy.server_apply(
-        layout.unravel(center_flat), state, payload, staleness)
+        center, state, strategy.unpack(payload, center), staleness)
     return layout.ravel(center), state, accepted
 
   return jax.jit(apply, donate_argnums=(0,))
@@ -122,8 +120,8 @@ class _Server:
     self.checkpointer = checkpoint.Checkpointer(self.checkpoint_dir)
 
     # Compile before the first commit arrives, on a copy (the center is donated).
-    zeros = tuple(
-        np.zeros(layout.num_params, np.float32) for _ in strategy.payload)
+    zeros = tuple(np.zeros(x.shape, x.dtype) for x in strategy.wire_spec(
+        layout.unravel(center)))
     jax.block_until_ready(apply(jnp.array(center), state, zeros, np.int32(0)))
     ctx.events.put(events.ServerReady(time.time()))
 

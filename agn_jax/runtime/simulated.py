@@ -248,7 +248,7 @@ class SimulatedBackend(backend_lib.Backend):
     for k, windows in enumerate(meta["windows_done"]):
       self.book.handle(ev.WorkerDone(
           k, windows, windows * config.communication_window * config.batch_size,
-          {}))
+          sim.traffic(k)))
     self._save(final=True)
     self.book.handle(ev.ServerDone(time.time(), sim.clock,
                                    meta["rejected_commits"],

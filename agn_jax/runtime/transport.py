@@ -8,7 +8,7 @@ the strategies, the server loop or the worker loop.
 import abc
 import os
 import time
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -42,8 +42,43 @@ class CommitMeta(NamedTuple):
   step_accuracy: Sequence[float] = ()
 
 
+Wire = Tuple[Tuple[int, str], ...]
+
+
+def wire_spec(num_params: int, payload_size: int,
+              wire: Optional[Sequence] = None) -> Wire:
+  """Each flat array of a commit as `(length, dtype)`: `wire`, or by default `payload_size` float32 vectors of `num_params`.
+
+  With `--commit_compression` a commit is its codec's arrays
+  (`Strategy.wire_spec`, `backend.Plan.wire`), of other lengths and dtypes.
+
+  Example:
+    >>> wire_spec(3, 2)
+    ((3, '<f4'), (3, '<f4'))
+    >>> wire_spec(3, 2, [(3, "|i1"), (1, "<f4")])
+    ((3, '|i1'), (1, '<f4'))
+  """
+  if wire is None:
+    return ((int(num_params), np.dtype(np.float32).str),) * int(payload_size)
+  wire = tuple((int(n), np.dtype(d).str) for n, d in wire)
+  if len(wire) != payload_size:
+    raise ValueError(f"a wire of {len(wire)} arrays for a payload of "
+                     f"{payload_size}")
+  return wire
+
+
+def wire_bytes(wire: Wire) -> int:
+  """Bytes of one commit of this wire.
+
+  Example:
+    >>> wire_bytes(((3, "|i1"), (1, "<f4")))
+    7
+  """
+  return sum(n * np.dtype(d).itemsize for n, d in wire)
+
+
 class Commit(NamedTuple):
-  """A commit as the server takes it: its meta and its `[payload_size, num_params]` payload.
+  """A commit as the server takes it: its meta and its payload, one flat array per `Transport.wire` entry.
 
   `handle` is the backend's own reference (a ring slot, an object ref); the
   server passes the commit back to `Transport.release` once it is handled.
@@ -77,11 +112,15 @@ class Transport(abc.ABC):
 
   Attributes:
     num_params: length of the flat float32 center.
-    payload_size: flat vectors per commit (`len(strategy.payload)`).
+    payload_size: flat arrays per commit (`len(wire)`).
+    wire: each array's `(length, dtype)` (`wire_spec`): float32 vectors of
+      `num_params`, one per entry of `strategy.payload`, or a codec's
+      arrays with `--commit_compression`.
   """
 
   num_params: int
   payload_size: int
+  wire: Wire
 
   # Server side.
   @abc.abstractmethod
@@ -180,6 +219,31 @@ _SLOT_WORDS = 5
 _SLOT_FLOATS = 4
 
 
+def _uniform(wire: Wire) -> bool:
+  """Whether every array of `wire` has one length and dtype (no compression)."""
+  return len(set(wire)) == 1
+
+
+def _slot_bytes(wire: Wire) -> int:
+  """A ring slot's bytes: one `[k, n]` block, or each array of `wire` on its own cache lines."""
+  if _uniform(wire):
+    (n, dtype), k = wire[0], len(wire)
+    return shm.aligned(k * n * np.dtype(dtype).itemsize)
+  return sum(shm.aligned(n * np.dtype(d).itemsize) for n, d in wire)
+
+
+def _slot_views(segment, offset: int, wire: Wire):
+  """Views of one slot at `offset`: a `[k, n]` array (iterating it gives the k vectors), or a list of one array per `wire` entry."""
+  if _uniform(wire):
+    (n, dtype), k = wire[0], len(wire)
+    return segment.array(np.dtype(dtype), (k, n), offset)
+  views = []
+  for n, dtype in wire:
+    views.append(segment.array(np.dtype(dtype), (n,), offset))
+    offset += shm.aligned(n * np.dtype(dtype).itemsize)
+  return views
+
+
 def _ring_header_bytes(num_slots, num_workers, step_capacity):
   # The step accuracies are float32, as the kernel computes them: λ of them
   # per slot (160 bytes at λ = 40) next to a payload of millions of floats.
@@ -200,8 +264,10 @@ class SharedMemoryTransport(Transport):
   returns a center with a commit half applied and never stalls the server for
   longer than one memcpy.
 
-  Commits: a ring of `num_slots` slots of `[payload_size, num_params]` float32
-  whose owners, phases and headers live in shared memory too. A worker
+  Commits: a ring of `num_slots` slots, each sized for one commit's `wire`
+  (`[payload_size, num_params]` float32 without compression; the codec's
+  arrays, e.g. int8 values and float32 scales, with it), whose owners,
+  phases and headers live in shared memory too. A worker
   acquires a FREE slot under a lock, fills it, writes the header and only
   then marks it QUEUED with the next queue position; the server applies
   QUEUED slots in queue order (FIFO). A worker that finds no free slot waits:
@@ -232,10 +298,11 @@ class SharedMemoryTransport(Transport):
   """
 
   def __init__(self, num_params, payload_size, num_slots, num_workers,
-               center_name, ring_name, doorbell, step_capacity=0):
+               center_name, ring_name, doorbell, step_capacity=0, wire=None):
     self.num_workers = int(num_workers)
     self.num_params = int(num_params)
     self.payload_size = int(payload_size)
+    self.wire = wire_spec(num_params, payload_size, wire)
     self.num_slots = int(num_slots)
     self.step_capacity = int(step_capacity)
     self._center_name = center_name
@@ -246,8 +313,8 @@ class SharedMemoryTransport(Transport):
 
   @classmethod
   def create(cls, ctx, num_params: int, payload_size: int, num_slots: int,
-             num_workers: int = 1,
-             step_capacity: int = 0) -> "SharedMemoryTransport":
+             num_workers: int = 1, step_capacity: int = 0,
+             wire: Optional[Sequence] = None) -> "SharedMemoryTransport":
     """Creates the segments (in the launcher, before spawning).
 
     Args:
@@ -259,6 +326,8 @@ class SharedMemoryTransport(Transport):
         each).
       step_capacity: the most step accuracies a commit carries (λ); 0 for
         none.
+      wire: each payload array's `(length, dtype)` (`wire_spec`); None:
+        `payload_size` float32 vectors of `num_params`.
 
     Returns:
       The owning transport; pass it to child processes as a `Process` arg.
@@ -268,18 +337,19 @@ class SharedMemoryTransport(Transport):
                        f"got {num_params}, {payload_size}, {num_slots}")
     if step_capacity < 0:
       raise ValueError(f"step_capacity must be >= 0, got {step_capacity}")
+    wire = wire_spec(num_params, payload_size, wire)
     buffer_bytes = shm.aligned(num_params * 4)
     center = shm.Segment.create(
         shm.aligned(_HEADER_WORDS * 8) + 2 * buffer_bytes)
     try:
       ring = shm.Segment.create(
           _ring_header_bytes(num_slots, num_workers, step_capacity) +
-          num_slots * shm.aligned(payload_size * num_params * 4))
+          num_slots * _slot_bytes(wire))
     except BaseException:
       center.unlink()
       raise
     t = cls(num_params, payload_size, num_slots, num_workers, center.name,
-            ring.name, ctx.Semaphore(0), step_capacity)
+            ring.name, ctx.Semaphore(0), step_capacity, wire)
     t._center_seg, t._ring_seg = center, ring
     t._map()
     t._owner[:] = -1
@@ -323,11 +393,9 @@ class SharedMemoryTransport(Transport):
         np.float32, (s, self.step_capacity),
         base + shm.aligned(_SLOT_FLOATS * s * 8))
     base = _ring_header_bytes(s, n, self.step_capacity)
-    step = shm.aligned(k * p * 4)
-    self._slots = [
-        self._ring_seg.array(np.float32, (k, p), base + i * step)
-        for i in range(s)
-    ]
+    step = _slot_bytes(self.wire)
+    self._slots = [_slot_views(self._ring_seg, base + i * step, self.wire)
+                   for i in range(s)]
     self._center_lock = self._center_seg.lock_fd()
     self._ring_lock = self._ring_seg.lock_fd()
     self._reported = np.zeros(n, bool)  # Server side: WorkerDone handed out.
@@ -407,7 +475,7 @@ class SharedMemoryTransport(Transport):
       self._doorbell.acquire(True, wait)
 
   def slot(self, index):
-    """The `[payload_size, num_params]` float32 storage of ring slot `index`."""
+    """The storage of ring slot `index`: `[payload_size, num_params]` float32, or one array per `wire` entry."""
     return self._slots[index]
 
   def free_slot(self, index):

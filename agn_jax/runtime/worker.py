@@ -26,9 +26,9 @@ class WorkerFunctions(NamedTuple):
     kernel: `(params, opt_state, batches) -> WindowResult`, the window kernel.
     init: `center_flat -> WorkerState`, `strategy.init_worker`.
     commit: `(state, center_flat) -> (payload, state, accepted)`,
-      `strategy.worker_commit` with `payload` a tuple of flat vectors in
-      `strategy.payload` order and `accepted` whether the server will apply
-      it (`strategy.accepts`).
+      `strategy.worker_commit` with `payload` the flat arrays it sends
+      (`strategy.pack`: compressed with `--commit_compression`) and
+      `accepted` whether the server will apply it (`strategy.accepts`).
     receive: `(state, center_flat, accepted) -> state`,
       `strategy.worker_receive`; `accepted` is a Python bool, compiled once
       for each value.
@@ -49,8 +49,7 @@ def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
 
   def commit(state, center_flat):
     payload, state = strategy.worker_commit(state, layout.unravel(center_flat))
-    return (tuple(layout.ravel(payload[key]) for key in strategy.payload),
-            state, strategy.accepts(payload))
+    return strategy.pack(payload), state, strategy.accepts(payload)
 
   def receive(state, center_flat, accepted):
     return strategy.worker_receive(state, layout.unravel(center_flat),
@@ -115,6 +114,9 @@ class _Worker:
                               incarnation >= fault.incarnations):
       fault = None
     self.fault = fault
+    # Payload bytes as sent, this process' (`summary.json` sums them).
+    self.bytes_committed = 0
+    self.bytes_pulled = 0
 
   def _stopping(self) -> bool:
     if not _child.parent_alive(self.ctx) or self.switches.is_set("abort"):
@@ -134,6 +136,7 @@ class _Worker:
         break
     buffer = np.empty(self.transport.num_params, np.float32)
     clock = self.transport.pull(buffer)
+    self.bytes_pulled += buffer.nbytes
     # A fresh buffer per pull: the device array may alias host memory on CPU.
     return clock, jnp.asarray(buffer)
 
@@ -153,6 +156,7 @@ class _Worker:
     while not self.transport.commit(payload, meta, timeout=_POLL_SECONDS):
       if self._stopping():
         return False
+    self.bytes_committed += sum(v.nbytes for v in payload)
     return True
 
   def _start(self):
@@ -274,6 +278,8 @@ class _Worker:
     stats = {
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "started": started,
+        "bytes_committed": self.bytes_committed,
+        "bytes_pulled": self.bytes_pulled,
     }
     try:
       import psutil
