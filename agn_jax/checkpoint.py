@@ -17,6 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 
 from agn_jax import config as config_lib
+from agn_jax import errors
 from agn_jax.errors import CheckpointError
 
 
@@ -38,7 +39,15 @@ class Checkpoint(NamedTuple):
 
 def _manager(directory: str, create: bool):
   # Imported lazily: orbax is heavy and only the server and tools need it.
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  try:
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    # Ctrl-C while tensorstore's extension initializes comes out as an
+    # ImportError: it is the interrupt.
+    interrupt = errors.interrupt_behind(e)
+    if interrupt is not None:
+      raise interrupt from None
+    raise
   options = ocp.CheckpointManagerOptions(
       max_to_keep=2, create=create, enable_async_checkpointing=False)
   return ocp, ocp.CheckpointManager(os.path.abspath(directory), options=options)

@@ -20,6 +20,35 @@ class Terminated(KeyboardInterrupt):
   """SIGTERM, raised like Ctrl-C so that a run shuts down the same way."""
 
 
+def interrupt_behind(error: BaseException):
+  """The Ctrl-C (or SIGTERM) an error stands for, if it came from one; else None.
+
+  An interrupt that lands while an extension module initializes comes out
+  of the import as `ImportError: initialization failed`, caused by the
+  KeyboardInterrupt. Re-raising what this returns ends the run as the
+  signal asked, not as a crash.
+
+  Example:
+    >>> try:
+    ...   try:
+    ...     raise KeyboardInterrupt()
+    ...   except KeyboardInterrupt as e:
+    ...     raise ImportError("initialization failed") from e
+    ... except ImportError as e:
+    ...   type(interrupt_behind(e)).__name__
+    'KeyboardInterrupt'
+    >>> interrupt_behind(ImportError("no module named x")) is None
+    True
+  """
+  seen = set()
+  while error is not None and id(error) not in seen:
+    if isinstance(error, KeyboardInterrupt):
+      return error
+    seen.add(id(error))
+    error = error.__cause__ or error.__context__
+  return None
+
+
 class WorkdirError(ValueError):
   """A workdir that cannot be used (impossible path, symlink)."""
 

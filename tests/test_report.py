@@ -337,6 +337,26 @@ def test_ctrl_c_keeps_the_report_and_the_same_command_resumes(tmp_path):
              for r in design.preset("quick").section_runs(design.DOWNPOUR))
 
 
+def test_an_error_that_follows_an_interrupt_is_the_interrupt():
+  # Ctrl-C while an extension module initializes (tensorstore, under
+  # orbax) comes out of the import as "ImportError: initialization failed";
+  # the study must stop as interrupted, not crash with a traceback.
+  def import_interrupted_by_a_real_sigint():
+    try:
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(5)  # The handler raises here.
+    except KeyboardInterrupt as e:
+      raise ImportError("initialization failed") from e
+
+  with pytest.raises(KeyboardInterrupt):
+    with runner._sticky_interrupts():  # pylint: disable=protected-access
+      import_interrupted_by_a_real_sigint()
+  # Without an interrupt, an error is the error.
+  with pytest.raises(ImportError):
+    with runner._sticky_interrupts():  # pylint: disable=protected-access
+      raise ImportError("no module named x")
+
+
 def test_the_readme_quotes_the_committed_report_s_verdicts():
   from experiments.report import main
   with open(REPO / "experiments" / "results" / "REPORT.md") as f:

@@ -198,7 +198,8 @@ def _sticky_interrupts():
 
   A KeyboardInterrupt that Python raises inside a garbage-collection
   callback (JAX has one) is printed and dropped; the run then goes on, and
-  without this the study would go on to its next run too.
+  without this the study would go on to its next run too. An error that
+  follows an interrupt is that interrupt.
   """
   if threading.current_thread() is not threading.main_thread():
     yield lambda: None
@@ -232,6 +233,11 @@ def _sticky_interrupts():
     signal.signal(signum, note)
   try:
     yield stop
+  except Exception:  # pylint: disable=broad-except
+    # An interrupt that landed in an import or an extension's C code can
+    # come out as another error: the signal is what happened.
+    stop()
+    raise
   finally:
     sys.unraisablehook = hook
     for signum, handler in previous.items():
