@@ -307,6 +307,38 @@ def eval_curve(run: Run, time_base: str = "training"):
   return times[keep][order], evals["accuracy"][keep][order]
 
 
+def bytes_curve(run: Run) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+  """`(bytes, accuracies)`: the center's test accuracy against the payload bytes the run had moved.
+
+  The bytes are the commits' and pulls' as sent (`summary.json`'s
+  `bytes_committed` and `bytes_pulled`, so a compressed commit counts its
+  compressed size), spread evenly over the commits: an evaluation after
+  commit `c` of `N` is at `c / N` of the total. None for a run without byte
+  counts or commits.
+
+  Example:
+    >>> import numpy as np
+    >>> run = Run("r", "r", {}, {"bytes_committed": 300, "bytes_pulled": 900,
+    ...                          "num_commits": 3}, {},
+    ...           {"clock": np.array([0.0, 3.0, 1.0]),
+    ...            "accuracy": np.array([0.1, 0.9, 0.5])})
+    >>> [a.tolist() for a in bytes_curve(run)]
+    [[0.0, 400.0, 1200.0], [0.1, 0.5, 0.9]]
+  """
+  summary = run.summary
+  committed = summary.get("bytes_committed")
+  commits = summary.get("num_commits")
+  if not isinstance(committed, (int, float)) or not commits or (
+      "clock" not in run.evals):
+    return None
+  per_commit = (committed + float(summary.get("bytes_pulled") or 0)) / commits
+  clock = np.asarray(run.evals["clock"], np.float64)
+  accuracy = np.asarray(run.evals["accuracy"], np.float64)
+  keep = np.isfinite(accuracy) & np.isfinite(clock)
+  order = np.argsort(clock[keep], kind="stable")
+  return clock[keep][order] * per_commit, accuracy[keep][order]
+
+
 def from_zero(times, values) -> Tuple[np.ndarray, np.ndarray]:
   """The part of a curve at t >= 0, starting at t = 0 if it had earlier points.
 

@@ -168,12 +168,26 @@ def plot_comparison(runs: Sequence[curves.Run], path: str,
                     time_base: Optional[str] = None) -> str:
   """The test and windowed training accuracy of several runs, one plot each.
 
-  Times are on `time_base` (default `curves.default_time_base(runs)`).
+  Times are on `time_base` (default `curves.default_time_base(runs)`). When
+  every run counted its bytes (`summary.json`'s `bytes_committed`), a third
+  plot shows the test accuracy against the bytes moved
+  (`curves.bytes_curve`), where compressed commits show what they save.
   """
   names = names or curves.labels(runs)
   time_base = time_base or curves.default_time_base(runs)
-  fig, (ax_test, ax_train) = pyplot().subplots(1, 2, figsize=(11, 4),
-                                               sharey=True)
+  by_bytes = [curves.bytes_curve(run) for run in runs]
+  with_bytes = all(c is not None for c in by_bytes)
+  fig, axes = pyplot().subplots(1, 3 if with_bytes else 2,
+                                figsize=(16 if with_bytes else 11, 4),
+                                sharey=True)
+  ax_test, ax_train = axes[0], axes[1]
+  if with_bytes:
+    for i, (name, (moved, accuracies)) in enumerate(zip(names, by_bytes)):
+      axes[2].plot(moved / 1e6, accuracies, color=f"C{i % 10}", marker=".",
+                   label=name)
+    axes[2].set_title("test accuracy (center) against bytes moved")
+    axes[2].set_xlabel("MB committed and pulled (as sent)")
+    axes[2].grid(alpha=0.3)
   for i, (name, run) in enumerate(zip(names, runs)):
     times, accuracies = curves.eval_curve(run, time_base)
     ax_test.plot(times, accuracies, color=f"C{i % 10}", marker=".",

@@ -7,7 +7,9 @@ float32 ones.
 """
 
 import dataclasses
+import json
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -488,3 +490,33 @@ def test_a_bad_value_is_a_one_line_error(value):
 def test_good_values_validate(value):
   assert field_error("commit_compression", value) is None
   assert TrainConfig(commit_compression=value).validate()
+
+
+# --- Accuracy against bytes ------------------------------------------------------
+
+
+def test_compare_plots_accuracy_against_the_bytes_each_run_moved(tmp_path):
+  from agn_jax.runtime import train  # pylint: disable=g-import-not-at-top
+  from experiments import curves, plots  # pylint: disable=g-import-not-at-top
+  p = 64 * 16 + 16 + 16 * 10 + 10
+  # What one commit moves, by hand: the commit as sent plus a float32 center.
+  per_commit = {"none": 4 * p + 4 * p,
+                "int8": p + 4 * math.ceil(p / 1024) + 4 * p}
+  runs = []
+  for code in per_commit:
+    summary = train(TrainConfig(
+        num_workers=2, communication_window=5, hidden_sizes=(16,),
+        batch_size=32, epochs=2.0, backend="simulated",
+        commit_compression=code, workdir=str(tmp_path / code),
+        options=SimulatedOptions(eval_every_rounds=2)))
+    run = curves.read_run(str(tmp_path / code))
+    moved, accuracy = curves.bytes_curve(run)
+    with open(tmp_path / code / "metrics.jsonl") as f:
+      evals = [r for r in map(json.loads, f) if r.get("event") == "eval"]
+    assert moved.tolist() == sorted(e["clock"] * per_commit[code]
+                                    for e in evals)
+    assert moved[-1] == summary["num_commits"] * per_commit[code]
+    assert accuracy[-1] == summary["final_test_accuracy"]
+    runs.append(run)
+  path = plots.plot_comparison(runs, str(tmp_path / "compare.png"))
+  assert os.path.getsize(path) > 0
