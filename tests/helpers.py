@@ -89,3 +89,26 @@ def train_with_two_failures(train, config):
   finally:
     del os.environ["AGN_JAX_FAULT"]
   return summary, killed
+
+
+def train_in_process(config):
+  """Trains `config` on the in-process backend: the real server, worker and evaluator loops as threads.
+
+  Returns:
+    `(summary, center, run)`: the run's summary, its final center, and the
+    backend (shut down), whose `threads` a test can check.
+  """
+  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.bookkeeping import RunBook
+  from agn_jax.runtime.inprocess import InProcessBackend
+  book = RunBook(config, None, "inprocess")
+  run = InProcessBackend(config, book)
+  try:
+    run.prepare()
+    run.run()
+    center = run.final_center()
+    summary = book.write_summary(interrupted=False)
+  finally:
+    run.shutdown()
+    book.close()
+  return summary, center, run

@@ -24,13 +24,13 @@ from agn_jax import strategies
 from agn_jax.config import ProcessesOptions, SimulatedOptions, field_error
 from agn_jax.flat import FlatLayout
 from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime.bookkeeping import RunBook
-from agn_jax.runtime.inprocess import InProcessBackend, InProcessTransport
+from agn_jax.runtime.inprocess import InProcessTransport
 from agn_jax.runtime.server import server_apply_fn
 from agn_jax.runtime.transport import (CommitMeta, SharedMemoryTransport,
                                        wire_bytes)
 from agn_jax.runtime.worker import worker_functions
 from agn_jax.simulator import Simulation
+from helpers import train_in_process
 
 CODECS = ("bf16", "int8", "topk:0.1", "topk:1")
 
@@ -432,15 +432,7 @@ def test_threads_backend_counts_the_bytes_it_sent(tmp_path):
                        commit_compression="topk:0.05",
                        workdir=str(tmp_path / "run"),
                        options=ProcessesOptions(cache_dir="")).resolved()
-  book = RunBook(config, None, "inprocess")
-  run = InProcessBackend(config, book)
-  try:
-    run.prepare()
-    run.run()
-    summary = book.write_summary(interrupted=False)
-  finally:
-    run.shutdown()
-    book.close()
+  summary, _, _ = train_in_process(config)
   p = 64 * 16 + 16 + 16 * 10 + 10
   k = math.ceil(0.05 * p)
   assert summary["num_commits"] == 2 * windows

@@ -17,10 +17,8 @@ import pytest
 from agn_jax import TrainConfig, build, checkpoint, data
 from agn_jax.config import ProcessesOptions
 from agn_jax.runtime import RunError, train
-from agn_jax.runtime.bookkeeping import RunBook
-from agn_jax.runtime.inprocess import InProcessBackend
 from agn_jax.shares import BatchSampler
-from helpers import assert_nothing_left
+from helpers import assert_nothing_left, train_in_process
 
 # Every test here but the one on threads starts real processes.
 slow = pytest.mark.slow
@@ -154,16 +152,7 @@ def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
   config = _config(tmp_path, num_workers=2, communication_window=lam,
                    hidden_sizes=(16,), epochs=epochs,
                    options=ProcessesOptions(cache_dir="")).resolved()
-  book = RunBook(config, None, "inprocess")
-  run = InProcessBackend(config, book)
-  try:
-    run.prepare()
-    run.run()
-    center = run.final_center()
-    summary = book.write_summary(interrupted=False)
-  finally:
-    run.shutdown()
-    book.close()
+  summary, center, run = train_in_process(config)
   assert not [t for t in run.threads.values() if t.is_alive()]
   assert summary["num_commits"] == summary["expected_commits"] == 2 * windows
   assert summary["worker_commits"] == [windows, windows]
