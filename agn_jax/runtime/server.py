@@ -186,8 +186,15 @@ class _Server:
 
   def _save(self, center, state, final: bool):
     import jax
-    if self.clock == self.saved_step or not self.ctx.config["checkpoints"]:
-      return  # Nothing new since that checkpoint, or no checkpoints wanted.
+    if not self.ctx.config["checkpoints"]:
+      return
+    if self.clock == self.saved_step:
+      # Nothing new since that checkpoint (a step is saved only once): it is
+      # the final one too, and the books say so, as the simulated backend's.
+      if final:
+        self.ctx.events.put(events.CheckpointSaved(time.time(), self.clock,
+                                                   True, 0.0))
+      return
     t0 = time.monotonic()
     offset = self._metrics_offset()
     meta = {
