@@ -9,38 +9,23 @@ it lives in a fresh temporary directory (never the checkout or $HOME),
 removed at the end, so no run of the suite depends on what an earlier one
 left. The parts the runtime spawns (workers, server, evaluator, Ray actors)
 use the runtime's own cache, `$AGN_JAX_CACHE_DIR`, as in any run.
-
-The suite runs in two pytest-xdist processes; a test marked `exclusive` (a
-signal test with a deadline) runs while no other test does.
 """
 
-import contextlib
-import fcntl
 import os
 import shutil
 import sys
 import tempfile
 
-import pytest
-
 _CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
-_LOCK_ENV = "AGN_JAX_TEST_LOCK"
 _made = []  # The directory this session made, to remove at its end.
 
 
 def pytest_configure(config):
   del config
-  if not os.environ.get(_LOCK_ENV):
-    # The lock that `exclusive` tests hold alone (`pytest_runtest_protocol`),
-    # shared by the pytest-xdist processes this one starts.
-    lock_dir = tempfile.mkdtemp(prefix="agn-jax-test-lock-")
-    _made.append(lock_dir)
-    os.environ[_LOCK_ENV] = os.path.join(lock_dir, "exclusive.lock")
   if os.environ.get(_CACHE_ENV):  # The caller chose a cache: keep it.
     return
   cache_dir = tempfile.mkdtemp(prefix="agn-jax-test-jax-cache-")
   _made.append(cache_dir)
-
   settings = {
       _CACHE_ENV: cache_dir,
       # Small programs compile in well under JAX's default 1 s threshold,
@@ -60,25 +45,3 @@ def pytest_unconfigure(config):
   del config
   while _made:
     shutil.rmtree(_made.pop(), ignore_errors=True)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-  """Under pytest-xdist, an `exclusive` test (its fixtures included) runs while no other test does.
-
-  Every test holds a shared lock on one file; an `exclusive` one holds it
-  exclusively. A signal test that must see its final checkpoint within the
-  run's 5 s wind-down would otherwise share the two cores with whatever
-  test the other process runs.
-  """
-  del nextitem
-  path = os.environ.get(_LOCK_ENV)
-  if not path or not os.environ.get("PYTEST_XDIST_WORKER"):
-    yield
-    return
-  mode = (fcntl.LOCK_EX if item.get_closest_marker("exclusive")
-          else fcntl.LOCK_SH)
-  with open(path, "a") as f, contextlib.ExitStack() as stack:
-    fcntl.flock(f, mode)
-    stack.callback(fcntl.flock, f, fcntl.LOCK_UN)
-    yield

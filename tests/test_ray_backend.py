@@ -192,7 +192,6 @@ def interrupted(ray_instance, tmp_path_factory):
   return (workdir, *_interrupt(workdir, signal.SIGINT))
 
 
-@pytest.mark.exclusive
 def test_sigint_ends_the_run_and_its_ray_instance(interrupted):
   workdir, code, stderr, started = interrupted
   assert code == 130, stderr[stderr.find("Traceback"):][-8000:]
@@ -209,7 +208,6 @@ def test_sigint_ends_the_run_and_its_ray_instance(interrupted):
   assert not _wait_gone(started + _actor_pids(workdir))
 
 
-@pytest.mark.exclusive
 def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(interrupted[0], workdir)
@@ -254,7 +252,6 @@ def test_a_processes_run_continues_on_ray(ray_instance, tmp_path):
   assert not _wait_gone(_actor_pids(workdir))
 
 
-@pytest.mark.exclusive
 def test_sigterm_on_a_running_cluster_ends_the_run_and_leaves_the_cluster(
     ray_instance, tmp_path):
   workdir = tmp_path / "run"
@@ -296,7 +293,6 @@ def _session_processes(session_dir):
   return found
 
 
-@pytest.mark.exclusive
 def test_a_sigkilled_driver_leaves_no_process_of_its_ray_instance(tmp_path):
   workdir = tmp_path / "run"
   process = _start_cli(workdir)
@@ -324,7 +320,6 @@ def _keeper_started(process):
              for p in psutil.Process(process.pid).children())
 
 
-@pytest.mark.exclusive
 def test_ctrl_c_while_the_ray_head_starts_is_one_true_line(tmp_path):
   # One moment of start-up; scripts/attacks.py sends SIGINT and SIGTERM at
   # many more, up to the first commit.

@@ -146,7 +146,6 @@ def interrupted(tmp_path_factory):
   return workdir, process.returncode, stderr, seconds
 
 
-@pytest.mark.exclusive
 def test_sigint_ends_the_cli_within_10_s_with_a_final_checkpoint(interrupted):
   workdir, code, stderr, seconds = interrupted
   assert code == 130, stderr[-3000:]
