@@ -210,8 +210,8 @@ def main():
                                      "<= 0.3 for int8"}}
   if "ray" in ms:
     extra.update({"ray_roundtrip_ms": round(ms["ray"], 3),
-             "ray_over_shm": round(ms["ray"] / ms["shm"], 2),
-             "ray_targets": {"ray_over_shm": "<= 6"}})
+                  "ray_over_shm": round(ms["ray"] / ms["shm"], 2),
+                  "ray_targets": {"ray_over_shm": "<= 6"}})
   print(json.dumps({
       "benchmark": "transport_roundtrip",
       "num_params": p,
