@@ -11,8 +11,9 @@ import logging
 import math
 import os
 import sys
+import time
 import traceback
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -106,8 +107,10 @@ class Checkpointer:
     >>> ckpt.close()
   """
 
-  def __init__(self, directory: str):
+  def __init__(self, directory: str, saved_step: Optional[int] = None):
     self._directory = directory
+    # The newest step on disk: a restored run's, then each save's.
+    self.saved_step = saved_step
     remove_unfinished_saves(directory)
     # A save that fails (a full disk) leaves tensorstore writes that end
     # late, as a failed restore leaves reads.
@@ -143,6 +146,45 @@ class Checkpointer:
           f"cannot write checkpoint {step} in "
           f"{os.path.abspath(self._directory)}: [Errno {code}] "
           f"{os.strerror(code)}") from None
+
+  def save_once(self, step: int, contents: Callable[[], tuple],
+                final: bool) -> Optional[float]:
+    """Saves `step` unless it is on disk already: the one rule of a run's checkpoints.
+
+    A step is saved once. The final save of a run whose newest checkpoint
+    holds that step already writes nothing: that checkpoint is the final
+    one too, so the books still get a final row.
+
+    Args:
+      step: the commit count the checkpoint holds.
+      contents: `() -> (center, server_leaves, meta)`, called only when the
+        step is written (building the meta reads the books).
+      final: whether this is the run's last save.
+
+    Returns:
+      The seconds the save took (0.0 for a final save of a step already on
+      disk), or None when nothing is to be recorded (a periodic save of a
+      step already on disk).
+
+    Example:
+      >>> import tempfile, numpy as np
+      >>> from agn_jax import checkpoint
+      >>> ckpt = checkpoint.Checkpointer(tempfile.mkdtemp())
+      >>> parts = lambda: (np.zeros(2, np.float32), [], {"num_commits": 5})
+      >>> ckpt.save_once(5, parts, final=False) >= 0, ckpt.saved_step
+      (True, 5)
+      >>> ckpt.save_once(5, parts, final=False) is None
+      True
+      >>> ckpt.save_once(5, parts, final=True)
+      0.0
+      >>> ckpt.close()
+    """
+    if step == self.saved_step:
+      return 0.0 if final else None
+    t0 = time.monotonic()
+    self.save(step, *contents())
+    self.saved_step = step
+    return time.monotonic() - t0
 
   def close(self):
     with _quiet_orbax():
@@ -335,11 +377,17 @@ def _is_number(value) -> bool:
 
 
 def _windows(num_examples: int, config: Dict[str, Any]) -> int:
-  # The workers' own count of their share, so the two never disagree.
+  # The workers' own count of their share, so the two never disagree. With
+  # Dynamic Local Updates a window may be one step: as many as the share's
+  # local steps.
   from agn_jax.shares import windows_per_worker  # pylint: disable=g-import-not-at-top
-  return windows_per_worker(num_examples, config["num_workers"],
-                            config["epochs"], config["communication_window"],
-                            config["batch_size"])
+  windows = windows_per_worker(num_examples, config["num_workers"],
+                               config["epochs"],
+                               config["communication_window"],
+                               config["batch_size"])
+  if config.get("dynamic_local_updates"):
+    return windows * config["communication_window"]
+  return windows
 
 
 def _check_layout(layout, where: str) -> int:
@@ -416,6 +464,14 @@ def validate_meta(meta: Any, step: int, *, where: str,
     raise CheckpointError(
         f"{where}: worker_commits sum to {sum(progress)} but num_commits + "
         f"rejected_commits = {commits + rejected}")
+  if config.get("dynamic_local_updates"):
+    steps = meta.get("worker_steps")
+    if (not isinstance(steps, list) or len(steps) != n or
+        not all(_is_int(s) and s >= c for s, c in zip(steps, progress))):
+      raise CheckpointError(
+          f"{where}: worker_steps={_short(steps)} is not a list of {n} "
+          "integers, each at least its worker's commits (a run with "
+          "dynamic_local_updates saves each worker's local steps)")
   if num_examples is not None:
     share = _windows(num_examples, config)
     for w, count in enumerate(progress):

@@ -51,6 +51,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from agn_jax.shares import Windows
+
 CLUSTERS = ("none", "this_host", "paper")
 SPEED_MODELS = ("constant", "lognormal", "random", "straggler", "speeds",
                 "trace")
@@ -496,6 +498,26 @@ class TimeModel:
     """Each worker's speed factor (1 for models that vary by window)."""
     return [float(s) for s in self._speeds]
 
+  def mean_speeds(self) -> List[float]:
+    """Each worker's speed over its whole run, relative: what Dynamic Local Updates scale λ by.
+
+    A worker's own speed for `lognormal` and `speeds`; one over its mean
+    step time for `trace` (its windows after the first, as
+    `commit_seconds_of` takes them); 1 for every worker of `constant`,
+    `random` and `straggler`, whose windows are drawn alike for every
+    worker (their mean is the same for all: a draw says how long a window
+    took once it ran, not how fast its worker is).
+
+    Example:
+      >>> TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2, communication_window=4,
+      ...           speed_model="speeds:1,0.5").mean_speeds()
+      [1.0, 0.5]
+    """
+    if self._trace is None:
+      return self.worker_speeds()
+    return [1.0 / self._message_scales[k % len(self._message_scales)]
+            for k in range(self.num_workers)]
+
   def _draw(self, worker: int, window: int) -> float:
     """The window's own draw: z ~ N(0, 1) (random) or u ~ U(0, 1) (straggler)."""
     key = (worker, window // _CHUNK)
@@ -507,12 +529,14 @@ class TimeModel:
       self._chunks[key] = chunk
     return float(chunk[window % _CHUNK])
 
-  def window_seconds(self, worker: int, window: int) -> float:
-    """How long window `window` (from 0) of `worker` computes."""
-    model, lam = self.speed_model, self.communication_window
+  def window_seconds(self, worker: int, window: int,
+                     steps: Optional[int] = None) -> float:
+    """How long window `window` (from 0) of `worker` computes, `steps` local steps of it (None: λ)."""
+    model = self.speed_model
+    lam = self.communication_window if steps is None else int(steps)
     if model.kind == "trace":
-      steps = self._trace[worker % len(self._trace)]
-      return lam * float(steps[window % len(steps)])
+      times = self._trace[worker % len(self._trace)]
+      return lam * float(times[window % len(times)])
     base = lam * self.step_seconds / self._speeds[worker]
     if model.kind == "random":
       return base * math.exp(model.sigma * self._draw(worker, window))
@@ -687,7 +711,9 @@ class EventSchedule:
 
   Args:
     model: the `TimeModel`.
-    num_windows: windows in each worker's share.
+    num_windows: windows in each worker's share, λ local steps each; or an
+      `agn_jax.shares.Windows` that gives each worker's count and each
+      window's steps (Dynamic Local Updates).
 
   Ties (commits that arrive at the same time) go by worker index. Every
   worker starts at time 0, or when the replayed run's did
@@ -700,10 +726,10 @@ class EventSchedule:
     [0, 1, 2, 0, 1, 2]
   """
 
-  def __init__(self, model: TimeModel, num_windows: int):
+  def __init__(self, model: TimeModel, num_windows):
     self.model = model
-    self.num_windows = int(num_windows)
     n = model.num_workers
+    self.windows = _windows(num_windows, model.communication_window, n)
     self._ready = [model.start_seconds(k) for k in range(n)]
     self._next_window = [0] * n
     self._server_free = 0.0
@@ -712,14 +738,16 @@ class EventSchedule:
   def _arrival(self, worker: int):
     m = self.model
     start = self._ready[worker]
-    end = start + m.window_seconds(worker, self._next_window[worker])
+    window = self._next_window[worker]
+    end = start + m.window_seconds(worker, window,
+                                   self.windows.steps(worker, window))
     arrival = end + m.commit_seconds_of(worker) + (
         m.pull_seconds_of(worker) if m.pull_before_commit else 0.0)
     return arrival, worker, start, end
 
   def _build_heap(self):
     self._heap = [self._arrival(k) for k in range(self.model.num_workers)
-                  if self._next_window[k] < self.num_windows]
+                  if self._next_window[k] < self.windows.count(k)]
     heapq.heapify(self._heap)
 
   def peek(self) -> Optional[ScheduledCommit]:
@@ -744,7 +772,7 @@ class EventSchedule:
     self._ready[k] = (commit.arrival if self.model.pull_before_commit else
                       commit.applied + self.model.pull_seconds_of(k))
     self._next_window[k] += 1
-    if self._next_window[k] < self.num_windows:
+    if self._next_window[k] < self.windows.count(k):
       heapq.heappush(self._heap, self._arrival(k))
     return commit
 
@@ -762,7 +790,7 @@ class EventSchedule:
             "server_free": self._server_free}
 
   def restore(self, state: Dict[str, Any]) -> None:
-    """Continues from `state()`; the share (`num_windows`) may have grown."""
+    """Continues from `state()`; the share (`windows`) may have grown."""
     n = self.model.num_workers
     if len(state["ready"]) != n or len(state["next_window"]) != n:
       raise ValueError(f"the schedule's state is of {len(state['ready'])} "
@@ -780,7 +808,8 @@ class ReplaySchedule:
     order: a flat sequence of worker indices, or a sequence of rounds (each
       a sequence of distinct workers, applied in one call of the simulator).
     num_workers: n.
-    num_windows: windows in each worker's share.
+    num_windows: windows in each worker's share, or an
+      `agn_jax.shares.Windows` (as `EventSchedule` takes it).
 
   The j-th commit (from 0) happens at j + 1; its window began at its
   worker's previous commit (0 for the first).
@@ -795,7 +824,8 @@ class ReplaySchedule:
     [(0, 1.0, True), (1, 2.0, False), (1, 3.0, True)]
   """
 
-  def __init__(self, order, num_workers: int, num_windows: int):
+  def __init__(self, order, num_workers: int, num_windows):
+    windows = _windows(num_windows, 1, num_workers)
     if isinstance(order, str):
       raise ValueError(f"commit_order must be a sequence of workers or of "
                        f"rounds, got {order!r} (the clock's orders are speed "
@@ -814,11 +844,11 @@ class ReplaySchedule:
           raise ValueError(f"commit_order: worker {k} is not in [0, "
                            f"{num_workers})")
         counts[k] += 1
-    over = [k for k in range(num_workers) if counts[k] > num_windows]
+    over = [k for k in range(num_workers) if counts[k] > windows.count(k)]
     if over:
       raise ValueError(f"commit_order: worker {over[0]} commits "
                        f"{counts[over[0]]} times, but its share holds "
-                       f"{num_windows} windows")
+                       f"{windows.count(over[0])} windows")
     self.rounds = rounds
     self.nested = nested
     self.num_windows = num_windows
@@ -860,6 +890,17 @@ class ReplaySchedule:
   def describe(self) -> Dict[str, Any]:
     return {"cluster": "replay", "unit": "commits",
             "rounds": [list(r) for r in self.rounds]}
+
+
+def _windows(num_windows, communication_window: int,
+             num_workers: int) -> Windows:
+  """`num_windows` as `Windows`: itself, or that many windows of λ for each worker."""
+  if isinstance(num_windows, Windows):
+    if len(num_windows.local_updates) != num_workers:
+      raise ValueError(f"windows of {len(num_windows.local_updates)} workers "
+                       f"for {num_workers}")
+    return num_windows
+  return Windows.fixed(num_windows, communication_window, num_workers)
 
 
 def staleness_of(commits: Sequence[ScheduledCommit], num_workers: int,

@@ -331,6 +331,17 @@ class TrainConfig:
           "agn_jax.compression").parse(text),
       accepts="none, bf16, int8 or topk:FRACTION with FRACTION in (0, 1]",
       resume_fixed=True, cost=True)
+  dynamic_local_updates: bool = setting(
+      False, "Dynamic Local Updates (Liu, Douillard et al. 2024): worker k's "
+      "windows are λ_k = λ · s_k / max_j s_j local steps (rounded to the "
+      "nearest integer, at least 1), s_k its speed, so that every window "
+      "takes about as long; its share of data stays the same, in more, "
+      "shorter windows, and agn and adag divide each commit by its own λ_k. "
+      "The simulated backend takes the speeds of --speed_model, the "
+      "processes and ray backends measure each worker's step time. Needs "
+      "--communication_window > 1 and one of this package's strategies "
+      "(agn, downpour, dynsgd, adag, aeasgd, eamsgd).",
+      resume_fixed=True)
   platform: Optional[str] = setting(
       None, "Platform of the workers; default: whatever JAX finds.")
   eval_every_seconds: float = setting(
@@ -430,7 +441,8 @@ class TrainConfig:
         clock setting the `none` cluster cannot honour), or a strategy
         setting the strategy cannot honour (eamsgd without Nesterov
         workers; a normalization for a strategy that has none to choose:
-        only agn and adag take one).
+        only agn and adag take one; dynamic_local_updates with λ = 1 or a
+        strategy outside this package).
 
     Example:
       >>> TrainConfig(num_workers=0).validate()
@@ -783,6 +795,16 @@ def _check_strategy_fit(config: TrainConfig) -> None:
     raise ValueError("eamsgd is AEASGD with Nesterov momentum workers: its "
                      "worker_optimizer must be nesterov, got "
                      f"{config.worker_optimizer!r}")
+  if config.dynamic_local_updates:
+    if config.communication_window < 2:
+      raise ValueError("dynamic_local_updates needs communication_window > 1 "
+                       "(λ_k is at most λ and at least 1), got "
+                       f"communication_window={config.communication_window}")
+    if name not in strategies.available():
+      raise ValueError(f"dynamic_local_updates needs one of this package's "
+                       f"strategies ({', '.join(strategies.available())}), "
+                       f"whose windows it knows how to shorten; got "
+                       f"{name!r}")
   if "normalization" not in strategies.parameters(name):
     own = strategies.paper_defaults(name).get(
         "normalization", GENERIC_DEFAULTS["normalization"])

@@ -20,21 +20,14 @@ class WindowResult(NamedTuple):
     delta: the normalized delta of the window (`transform.commit_delta`) when
       the transformation contains `agn`, else None.
     metrics: per-step metrics, each an array of shape [λ]: `loss` and whatever
-      the loss function returns as auxiliary metrics (e.g. `accuracy`).
+      the loss function returns as auxiliary metrics (e.g. `accuracy`); for
+      a window of fewer `steps`, the entries past them are NaN.
   """
 
   params: optax.Params
   opt_state: optax.OptState
   delta: Optional[optax.Updates]
   metrics: Dict[str, jax.Array]
-
-
-def _has_agn_state(opt_state) -> bool:
-  try:
-    transform.find_agn_state(opt_state)
-    return True
-  except ValueError:
-    return False
 
 
 def window_kernel(loss_fn: LossFn,
@@ -48,6 +41,14 @@ def window_kernel(loss_fn: LossFn,
   `lax.scan`, i.e. one dispatch. With `donate=True` the parameter and state
   buffers are donated, so a window keeps no second copy of them alive: do not
   use the arrays you passed in afterwards.
+
+  `kernel(params, opt_state, batches, steps)` runs only the first `steps`
+  mini-batches (an int32 scalar, traced: one compilation serves every
+  window length up to λ), in a `lax.fori_loop` whose trip count is `steps`:
+  the steps after them cost nothing and change nothing (vmapped, the loop
+  runs the longest window and leaves the finished ones as they are). With
+  `agn`, set the window's length first (`transform.set_window`), or it
+  commits after λ steps only. Dynamic Local Updates run windows this way.
 
   Args:
     loss_fn: `loss_fn(params, batch) -> (loss, aux)` with `aux` a dict of
@@ -68,6 +69,9 @@ def window_kernel(loss_fn: LossFn,
     >>> result = kernel(params, tx.init(params), jnp.ones((4, 1)))
     >>> result.metrics["loss"].shape
     (4,)
+    >>> short = kernel(params, tx.init(params), jnp.ones((4, 1)), 3)
+    >>> bool(jnp.isnan(short.metrics["loss"][3]))
+    True
   """
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -79,18 +83,44 @@ def window_kernel(loss_fn: LossFn,
     metrics = {"loss": loss, **aux}
     return (params, opt_state), metrics
 
-  def window(params, opt_state, batches):
-    (params, opt_state), metrics = jax.lax.scan(step, (params, opt_state),
-                                                batches)
+  def first_steps(carry, batches, steps):
+    """The first `steps` of `batches`' steps; NaN metrics for the others."""
+    length = jax.tree.leaves(batches)[0].shape[0]
+    shapes = jax.eval_shape(step, carry,
+                            jax.tree.map(lambda b: b[0], batches))[1]
+    metrics = jax.tree.map(
+        lambda s: jnp.full((length,) + s.shape, jnp.nan if jnp.issubdtype(
+            s.dtype, jnp.inexact) else 0, s.dtype), shapes)
+
+    def body(i, loop):
+      carry, metrics = loop
+      carry, values = step(carry, jax.tree.map(
+          lambda b: jax.lax.dynamic_index_in_dim(b, i, keepdims=False),
+          batches))
+      metrics = jax.tree.map(
+          lambda m, v: jax.lax.dynamic_update_index_in_dim(m, v, i, 0),
+          metrics, values)
+      return carry, metrics
+
+    upper = jnp.minimum(jnp.asarray(steps, jnp.int32), length)
+    return jax.lax.fori_loop(0, upper, body, (carry, metrics))
+
+  def window(params, opt_state, batches, steps=None):
+    if steps is None:
+      (params, opt_state), metrics = jax.lax.scan(step, (params, opt_state),
+                                                  batches)
+    else:
+      (params, opt_state), metrics = first_steps((params, opt_state),
+                                                 batches, steps)
     delta = (transform.commit_delta(opt_state)
-             if _has_agn_state(opt_state) else None)
+             if transform.holds_agn_state(opt_state) else None)
     return WindowResult(params, opt_state, delta, metrics)
 
   if not donate:
     return jax.jit(window)  # Has `.lower` too.
   jitted = jax.jit(window, donate_argnums=(0, 1))
 
-  def kernel(params, opt_state, batches):
+  def kernel(params, opt_state, batches, steps=None):
     # XLA refuses to donate one buffer twice, and `agn(...).init(params)` or
     # `reanchor` leave the anchor aliasing the parameters: copy such leaves.
     seen = set()
@@ -103,7 +133,7 @@ def window_kernel(loss_fn: LossFn,
       return x
 
     params, opt_state = jax.tree.map(unalias, (params, opt_state))
-    return jitted(params, opt_state, batches)
+    return jitted(params, opt_state, batches, steps)
 
   # Ahead-of-time compilation without running a window (`kernel.lower(...)
   # .compile()`), e.g. to fill JAX's persistent compilation cache.

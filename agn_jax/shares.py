@@ -4,6 +4,9 @@ Pure numpy. The process workers and the simulator both take their samples
 from here, so a backend never changes which examples a worker sees.
 """
 
+import math
+from typing import NamedTuple, Sequence, Tuple
+
 import numpy as np
 
 
@@ -32,6 +35,86 @@ def windows_per_worker(num_examples: int, num_workers: int, epochs: float,
   """
   share = epochs * num_examples / num_workers
   return int(share // (communication_window * batch_size))
+
+
+def local_updates(communication_window: int,
+                  speeds: Sequence[float]) -> Tuple[int, ...]:
+  """Each worker's window under Dynamic Local Updates: `λ_k = λ s_k / max_j s_j`.
+
+  The fastest worker keeps λ local steps, the others fewer, in proportion to
+  their speed, so that every window takes about as long (Liu, Douillard et
+  al. 2024, arXiv:2401.09135). λ_k is rounded to the nearest integer (a half
+  rounds up) and is at least 1.
+
+  Args:
+    communication_window: λ.
+    speeds: each worker's speed s_k > 0, in any unit (local steps per
+      second, or one over the seconds of a local step).
+
+  Returns:
+    `(λ_0, ..., λ_{n-1})`.
+
+  Raises:
+    ValueError: for a speed that is not a finite number > 0.
+
+  Example:
+    >>> local_updates(10, [1.0, 0.5, 0.24, 0.01])
+    (10, 5, 2, 1)
+  """
+  speeds = [float(s) for s in speeds]
+  if not speeds or not all(math.isfinite(s) and s > 0 for s in speeds):
+    raise ValueError(f"speeds must be finite numbers > 0, got {speeds!r}")
+  fastest = max(speeds)
+  return tuple(max(1, math.floor(communication_window * s / fastest + 0.5))
+               for s in speeds)
+
+
+class Windows(NamedTuple):
+  """Each worker's windows over its share: how many, and how many local steps each.
+
+  Every worker's share is the same `share_steps` local steps (whole windows
+  of λ, `windows_per_worker` × λ), whatever its window: with Dynamic Local
+  Updates worker k runs windows of λ_k steps, and one shorter last window
+  for what remains, so the run trains on exactly the samples it trains on
+  without them. With λ_k = λ for all, every window is λ steps.
+
+  Attributes:
+    share_steps: local steps in each worker's share.
+    local_updates: λ_k of each worker.
+
+  Example:
+    >>> w = Windows(share_steps=10, local_updates=(5, 3))
+    >>> w.count(0), w.count(1), [w.steps(1, j) for j in range(w.count(1))]
+    (2, 4, [3, 3, 3, 1])
+    >>> w.steps_before(1, 4), w.total()
+    (10, 6)
+  """
+  share_steps: int
+  local_updates: Tuple[int, ...]
+
+  @classmethod
+  def fixed(cls, num_windows: int, communication_window: int,
+            num_workers: int) -> "Windows":
+    """`num_windows` windows of λ steps for each of n workers."""
+    return cls(int(num_windows) * int(communication_window),
+               (int(communication_window),) * int(num_workers))
+
+  def count(self, worker: int) -> int:
+    """Windows in `worker`'s share: `ceil(share_steps / λ_k)`."""
+    return -(-self.share_steps // self.local_updates[worker])
+
+  def steps(self, worker: int, window: int) -> int:
+    """Local steps of window `window` (from 0) of `worker`; 0 past its share."""
+    lam = self.local_updates[worker]
+    return max(0, min(lam, self.share_steps - window * lam))
+
+  def steps_before(self, worker: int, window: int) -> int:
+    """Local steps of `worker`'s first `window` windows."""
+    return min(window * self.local_updates[worker], self.share_steps)
+
+  def total(self) -> int:
+    """Windows of every worker together: the run's commits."""
+    return sum(self.count(k) for k in range(len(self.local_updates)))
 
 
 class BatchSampler:

@@ -51,6 +51,17 @@ duration, so a fast window can lap a slow one), `trace:RUN_DIR` (a
 processes run's window times). A given commit order can be replayed too
 (`commit_order`: a sequence of workers, or of rounds).
 
+**Dynamic Local Updates** (`--dynamic_local_updates`, Liu, Douillard et al.
+2024): worker k's windows are `λ_k = λ s_k / max_j s_j` steps
+(`agn_jax.shares.local_updates`), s_k its speed over the run
+(`TimeModel.mean_speeds`: the worker's own speed for `lognormal`, `speeds`
+and `trace`; the same for every worker of `constant`, `random` and
+`straggler`, which then keep λ). Its share stays the same number of local
+steps, so it runs more, shorter windows (`agn_jax.shares.Windows`), and the
+clock times each window by its own steps. The mapped call still runs up to
+λ steps for every due worker: each runs its own window's first steps only
+(`window_kernel`'s `steps`), the others change nothing and take no data.
+
 **Devices.** The worker axis is sharded over a `jax.sharding.Mesh` with one
 `workers` axis (`NamedSharding(mesh, P("workers"))`): each device runs the
 windows of its own workers; the center and the server state are replicated,
@@ -90,7 +101,8 @@ from agn_jax import models, strategies
 from agn_jax.config import SimulatedOptions
 from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
 from agn_jax.flat import FlatLayout
-from agn_jax.shares import BatchSampler, shard_bounds, windows_per_worker
+from agn_jax.shares import (BatchSampler, Windows, local_updates,
+                            shard_bounds, windows_per_worker)
 
 AXIS = "workers"
 
@@ -119,6 +131,8 @@ class CommitRecord(NamedTuple):
       0) ends at `window_start + (i + 1) (window_end − window_start) / λ`.
       The commit's message and the server's queue come after it.
     window_round: the round the window ran in (the commit's own or earlier).
+    local_updates: the window's local steps: λ, or with Dynamic Local
+      Updates the worker's λ_k (or fewer, in the last window of its share).
   """
   worker: int
   window: int
@@ -133,6 +147,7 @@ class CommitRecord(NamedTuple):
   step_accuracy: Tuple[float, ...] = ()
   window_end: float = 0.0
   window_round: int = 0
+  local_updates: int = 0
 
 
 class _Workers(NamedTuple):
@@ -375,7 +390,8 @@ class Simulation:
                 epochs=config.epochs, seed=config.seed, time_model=time_model,
                 commit_order=commit_order,
                 workers_per_call=options.workers_per_call, mesh=mesh,
-                apply_fn=model.apply)
+                apply_fn=model.apply,
+                dynamic_local_updates=config.dynamic_local_updates)
 
   @classmethod
   def from_parts(cls, strategy: strategies.Strategy, loss_fn, initial_center,
@@ -384,7 +400,8 @@ class Simulation:
                  time_model: Optional[cluster_lib.TimeModel] = None,
                  commit_order: Optional[Sequence] = None,
                  workers_per_call=None, mesh=None,
-                 apply_fn=None) -> "Simulation":
+                 apply_fn=None,
+                 dynamic_local_updates: bool = False) -> "Simulation":
     """A simulation of any strategy and loss, without a `TrainConfig`.
 
     Args:
@@ -403,6 +420,9 @@ class Simulation:
       commit_order, mesh: as for the constructor.
       workers_per_call: k, as `SimulatedOptions.workers_per_call`.
       apply_fn: `apply_fn(center, x) -> logits`, for `evaluate`; optional.
+      dynamic_local_updates: each worker's windows are λ_k steps, in
+        proportion to its speed on the time model (see the module
+        docstring).
 
     Returns:
       The `Simulation`.
@@ -427,12 +447,13 @@ class Simulation:
                num_workers=num_workers, batch_size=batch_size, epochs=epochs,
                seed=seed, time_model=lambda work: time_model,
                commit_order=commit_order, workers_per_call=workers_per_call,
-               mesh=mesh, apply_fn=apply_fn)
+               mesh=mesh, apply_fn=apply_fn,
+               dynamic_local_updates=dynamic_local_updates)
     return sim
 
   def _setup(self, strategy, loss_fn, initial_center, x_train, y_train, *,
              num_workers, batch_size, epochs, seed, time_model, commit_order,
-             workers_per_call, mesh, apply_fn):
+             workers_per_call, mesh, apply_fn, dynamic_local_updates=False):
     n = num_workers
     # `from_parts` takes n, the batch size and k from its caller, not from a
     # validated config.
@@ -457,12 +478,19 @@ class Simulation:
         raise ValueError("a worker's shard is empty; use fewer workers")
     self.time_model = time_model(lambda: workload(
         strategy, loss_fn, initial_center, x_train, y_train, batch_size))
+    # Dynamic Local Updates: λ_k from each worker's speed over the run; the
+    # share stays `num_windows` windows of λ, in local steps.
+    self.dynamic_local_updates = bool(dynamic_local_updates)
+    self.local_updates = (
+        local_updates(lam, self.time_model.mean_speeds())
+        if self.dynamic_local_updates else (lam,) * n)
+    self.windows = Windows(self.num_windows * lam, self.local_updates)
     if commit_order is not None:
       self._schedule = cluster_lib.ReplaySchedule(commit_order, n,
-                                                  self.num_windows)
+                                                  self.windows)
     else:
       self._schedule = cluster_lib.EventSchedule(self.time_model,
-                                                 self.num_windows)
+                                                 self.windows)
     self._apply_fn = apply_fn
 
     # Devices and k.
@@ -539,7 +567,7 @@ class Simulation:
       sampler = BatchSampler(stop - start,
                              np.random.default_rng([self.seed, k]))
       # Where a restarted process worker resumes: its share so far, skipped.
-      sampler.skip(self._windows_run[k] * self.communication_window *
+      sampler.skip(self.windows.steps_before(k, self._windows_run[k]) *
                    self.batch_size)
       samplers.append(sampler)
     return samplers
@@ -578,18 +606,31 @@ class Simulation:
     sharded = self.mesh.size > 1
     per_device = self.num_workers // self.mesh.size
     keeps_pulled = self._keeps_pulled
+    dynamic = self.dynamic_local_updates
 
-    def windows(workers, indices, due, x, y):
+    def windows(workers, indices, due, lengths, x, y):
       """Every due worker's window; the others pass through unchanged."""
 
       def one(w, args):
-        idx, is_due = args
+        idx, is_due, length = args
+
+        def mean(values):
+          # Over the window's own steps (a shorter window's others are NaN);
+          # the same expression with and without Dynamic Local Updates, so
+          # equal windows give equal means, bit for bit.
+          used = jnp.arange(values.shape[0]) < length
+          return jnp.sum(jnp.where(used, values, 0)) / length
 
         def run(w):
-          result = kernel(w.params, w.opt_state, (x[idx], y[idx]))
+          if dynamic:
+            opt_state = strategy.begin_window(w.state(strategy),
+                                              length).opt_state
+            result = kernel(w.params, opt_state, (x[idx], y[idx]), length)
+          else:
+            result = kernel(w.params, w.opt_state, (x[idx], y[idx]))
           metrics = result.metrics
-          loss = jnp.mean(metrics["loss"]).astype(jnp.float32)
-          accuracy = (jnp.mean(metrics["accuracy"]).astype(jnp.float32)
+          loss = mean(metrics["loss"]).astype(jnp.float32)
+          accuracy = (mean(metrics["accuracy"]).astype(jnp.float32)
                       if "accuracy" in metrics else jnp.float32(jnp.nan))
           # Each step's accuracy, [λ] (or [0] when the loss has none).
           steps = metrics.get("accuracy", jnp.zeros(0)).astype(jnp.float32)
@@ -605,7 +646,7 @@ class Simulation:
         return jax.lax.cond(is_due, run, skip, w)
 
       workers, (loss, accuracy, steps) = map_in_place(
-          one, workers, (indices, due), batch_size=k)
+          one, workers, (indices, due, lengths), batch_size=k)
       return workers, loss, accuracy, steps
 
     def take(workers, worker):
@@ -669,9 +710,10 @@ class Simulation:
                  rejected=rec["rejected"].at[i].set(~accepted))
       return workers, center, server, rec
 
-    def round_fn(workers, center, server, indices, due, order, num_commits,
-                 x, y):
-      workers, loss, accuracy, steps = windows(workers, indices, due, x, y)
+    def round_fn(workers, center, server, indices, due, lengths, order,
+                 num_commits, x, y):
+      workers, loss, accuracy, steps = windows(workers, indices, due, lengths,
+                                               x, y)
       if sharded:
         loss = jax.lax.all_gather(loss, AXIS, tiled=True)
         accuracy = jax.lax.all_gather(accuracy, AXIS, tiled=True)
@@ -691,7 +733,8 @@ class Simulation:
     if sharded:
       round_fn = jax.shard_map(
           round_fn, mesh=self.mesh,
-          in_specs=(P(AXIS), P(), P(), P(AXIS), P(AXIS), P(), P(), P(), P()),
+          in_specs=(P(AXIS), P(), P(), P(AXIS), P(AXIS), P(AXIS), P(), P(),
+                    P(), P()),
           out_specs=(P(AXIS), P(), P(), P()),
           # Every device applies the same commits to its copy of the center
           # (from all-gathered worker states), so it is replicated by
@@ -719,8 +762,12 @@ class Simulation:
         "num_devices": int(self.mesh.size),
         "workers_per_device": self.num_workers // self.mesh.size,
         "workers_per_call": self.workers_per_call,
-        "windows_per_worker": self.num_windows,
+        "windows_per_worker": (
+            [self.windows.count(k) for k in range(self.num_workers)]
+            if self.dynamic_local_updates else self.num_windows),
         "keeps_pulled_center": self._keeps_pulled,
+        **({"local_updates": list(self.local_updates)}
+           if self.dynamic_local_updates else {}),
         **self._describe_clock(),
     }
 
@@ -749,28 +796,36 @@ class Simulation:
     # Every worker that holds its center runs its window now, whenever its
     # commit comes.
     due = np.array([self._pending[k] is None and
-                    self._windows_run[k] < self.num_windows
+                    self._windows_run[k] < self.windows.count(k)
                     for k in range(n)])
     plan = self._plan()
     if not plan:
       return []
+    # A window of fewer than λ steps (Dynamic Local Updates) takes only its
+    # own steps' samples; the rest of its rows are never read.
     indices = np.zeros((n, lam, batch), np.int32)
+    lengths = np.zeros(n, np.int32)
     order = np.zeros(n, np.int32)
     for k in np.flatnonzero(due):
-      indices[k] = (self._samplers[k].take(lam * batch).reshape(lam, batch) +
-                    self._bounds[k][0])
+      length = self.windows.steps(k, self._windows_run[k])
+      lengths[k] = length
+      indices[k, :length] = (
+          self._samplers[k].take(length * batch).reshape(length, batch) +
+          self._bounds[k][0])
     for i, c in enumerate(plan):
       order[i] = c.worker
     self._workers, self._center, self._server, out = self._round_fn(
         self._workers, self._center, self._server,
         jax.device_put(indices, self._sharded),
-        jax.device_put(due, self._sharded), order, np.int32(len(plan)),
+        jax.device_put(due, self._sharded),
+        jax.device_put(lengths, self._sharded), order, np.int32(len(plan)),
         self._x, self._y)
     clock, staleness, loss, accuracy, rejected, steps = (np.asarray(a)
                                                          for a in out)
     for k in np.flatnonzero(due):
       self._pending[k] = (float(loss[k]), float(accuracy[k]),
-                          tuple(steps[k].tolist()), self._round)
+                          tuple(steps[k][:lengths[k]].tolist()), self._round,
+                          int(lengths[k]))
       self._windows_run[k] += 1
     if rejected[:len(plan)].any():
       mask = np.zeros(n, bool)
@@ -780,7 +835,8 @@ class Simulation:
     records = []
     for i, c in enumerate(plan):
       k = c.worker
-      window_loss, window_accuracy, window_steps, ran = self._pending[k]
+      window_loss, window_accuracy, window_steps, ran, length = (
+          self._pending[k])
       self._pending[k] = None
       records.append(CommitRecord(
           worker=k, window=self._windows_done[k], clock=int(clock[i]),
@@ -788,7 +844,8 @@ class Simulation:
           accuracy=window_accuracy, rejected=bool(rejected[i]),
           simulated_time=float(c.applied), round=self._round,
           window_start=float(c.window_start), step_accuracy=window_steps,
-          window_end=float(c.window_end), window_round=ran))
+          window_end=float(c.window_end), window_round=ran,
+          local_updates=length))
       self._windows_done[k] += 1
       self._messages[k] += 1
       self._rejected += int(rejected[i])
@@ -816,13 +873,13 @@ class Simulation:
     Returns:
       A `jax.stages.Lowered` of one round in which all n workers are due.
     """
-    n = self.num_workers
-    indices = np.zeros((n, self.communication_window, self.batch_size),
-                       np.int32)
+    n, lam = self.num_workers, self.communication_window
+    indices = np.zeros((n, lam, self.batch_size), np.int32)
     return self._round_fn.lower(
         self._workers, self._center, self._server,
         jax.device_put(indices, self._sharded),
         jax.device_put(np.ones(n, bool), self._sharded),
+        jax.device_put(np.full(n, lam, np.int32), self._sharded),
         np.arange(n, dtype=np.int32), np.int32(n), self._x, self._y)
 
   def __iter__(self) -> Iterator[List[CommitRecord]]:
@@ -868,6 +925,10 @@ class Simulation:
     """Windows computed so far, all workers together (committed or not)."""
     return sum(self._windows_run)
 
+  def steps_done(self, worker: int) -> int:
+    """Local steps of `worker`'s committed windows, a restored session's included."""
+    return self.windows.steps_before(worker, self._windows_done[worker])
+
   @property
   def oldest_waiting_round(self) -> Optional[int]:
     """The round of the oldest window that ran and awaits its commit (None: none)."""
@@ -896,10 +957,11 @@ class Simulation:
       (applied and rejected), `clock` (applied), `rejected_commits`,
       `windows_done` (committed), `windows_run` (computed),
       `rejected_in_a_row` and `pending` (per worker: a window that ran but
-      is not committed yet, `[loss, accuracy, step accuracies, round]`, or
-      None), `simulated_time` (of the last commit), `num_workers`,
-      `schedule` (the clock's position, `EventSchedule.state`) and
-      `time_model` (`TimeModel.describe`, or a replay's rounds). The
+      is not committed yet, `[loss, accuracy, step accuracies, round,
+      local steps]`, or None), `simulated_time` (of the last commit),
+      `num_workers`, `schedule` (the clock's position,
+      `EventSchedule.state`) and `time_model` (`TimeModel.describe`, or a
+      replay's rounds). The
       samplers are not stored: like a restarted process worker, `restore`
       re-seeds each with `[seed, k]` and skips the samples of its
       `windows_run` windows; the speed draws are seeded per window.
@@ -911,7 +973,8 @@ class Simulation:
         "rejected_commits": self._rejected,
         "windows_done": list(self._windows_done),
         "windows_run": list(self._windows_run),
-        "pending": [None if p is None else [p[0], p[1], list(p[2]), p[3]]
+        "pending": [None if p is None else [p[0], p[1], list(p[2]), p[3],
+                                            p[4]]
                     for p in self._pending],
         "rejected_in_a_row": list(self._rejected_in_a_row),
         "simulated_time": self._simulated_time,
@@ -965,7 +1028,8 @@ class Simulation:
     self._windows_run = [int(w) for w in meta["windows_run"]]
     self._pending = [None if p is None else
                      (float(p[0]), float(p[1]), tuple(float(a) for a in p[2]),
-                      int(p[3])) for p in meta["pending"]]
+                      int(p[3]), int(p[4]) if len(p) > 4 else
+                      self.communication_window) for p in meta["pending"]]
     self._rejected_in_a_row = [int(w) for w in meta["rejected_in_a_row"]]
     self._schedule.restore(meta["schedule"])
     self._samplers = self._fresh_samplers()

@@ -266,6 +266,8 @@ class Strategy:
   A commit is three pure, jittable half-steps that every backend calls in
   the same order, and nothing outside this class knows what they do:
 
+  0. (Dynamic Local Updates only) before a window of λ_k local steps,
+     `begin_window(state, λ_k)` tells the worker transformation its length;
   1. after its λ local steps, the worker pulls the center first if
      `pull_before_commit`, then `worker_commit(state, center)` gives the
      payload it sends with the clock of the center it last pulled;
@@ -350,6 +352,37 @@ class Strategy:
     if self.compression is None:
       return None
     return jnp.zeros(_size(like), jnp.float32)
+
+  def begin_window(self, state: WorkerState, steps) -> WorkerState:
+    """The worker's state for a window of `steps` local steps instead of λ (jittable).
+
+    Dynamic Local Updates give each worker a window of its own length
+    (`agn_jax.shares.local_updates`). A worker transformation built on
+    `agn` commits after the window's own steps and normalizes by them
+    (`transform.set_window`); an elastic strategy's window is only the
+    number of local steps the worker runs before its commit, so its state
+    stays as it is.
+
+    Args:
+      state: the worker's state at the start of the window.
+      steps: the window's local steps, >= 1 (int or int32 array).
+
+    Returns:
+      The state, its window set where the transformation has one.
+
+    Example:
+      >>> import jax.numpy as jnp, optax
+      >>> from agn_jax import get_strategy
+      >>> s = get_strategy("agn", communication_window=4,
+      ...                  inner=optax.sgd(1.0))
+      >>> state = s.begin_window(s.init_worker(jnp.zeros(1)), 2)
+      >>> int(transform.find_agn_state(state.opt_state).window)
+      2
+    """
+    if not transform.holds_agn_state(state.opt_state):
+      return state
+    return state._replace(
+        opt_state=transform.set_window(state.opt_state, steps))
 
   def worker_commit(self, state: WorkerState,
                     center) -> Tuple[Payload, WorkerState]:

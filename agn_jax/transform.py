@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-Normalization = Union[str, Callable[[optax.Updates, int], optax.Updates]]
+Normalization = Union[str, Callable[[optax.Updates, Any], optax.Updates]]
 NORMALIZATIONS = ("window", "none", "l2")
 
 
@@ -20,28 +20,39 @@ class AGNState(NamedTuple):
   Attributes:
     inner_state: state of the inner (local) optimizer, kept across windows.
     anchor: the center at the start of the current communication window.
-    count: local steps taken in the current window, in `[0, λ)`.
+    count: local steps taken in the current window, in `[0, window)`.
     delta: the normalized delta of the window that ended last (zeros before the
       first commit). This is what a distributed worker commits.
+    window: local steps of the current window (int32): λ, unless the worker
+      set its own for this window (`set_window`, Dynamic Local Updates).
+      The window commits after this many steps and `"window"` normalization
+      divides by it.
   """
 
   inner_state: optax.OptState
   anchor: optax.Params
   count: jax.Array
   delta: optax.Updates
+  window: jax.Array
 
 
-def _normalizer(normalization: Normalization, window: int):
-  """Returns `f(accumulated) -> delta` for a `normalization` argument."""
+def _normalizer(normalization: Normalization):
+  """Returns `f(accumulated, window) -> delta` for a `normalization` argument.
+
+  `window` is the window's own number of local steps (an int32 array), λ
+  unless the worker set another (`set_window`).
+  """
   if callable(normalization):
-    return lambda a: normalization(a, window)
+    return normalization
   if normalization == "window":
-    return lambda a: jax.tree.map(lambda x: x / window, a)
+    return lambda a, window: jax.tree.map(
+        lambda x: x / window.astype(x.dtype), a)
   if normalization == "none":
-    return lambda a: a
+    return lambda a, window: a
   if normalization == "l2":
 
-    def l2(a):
+    def l2(a, window):
+      del window
       norm = optax.tree.norm(a)
       # A zero accumulated update has no direction: commit zeros, not 0/0.
       scale = jnp.where(norm > 0, 1.0 / jnp.where(norm > 0, norm, 1.0), 0.0)
@@ -68,6 +79,11 @@ def agn(
   `"window"`, `normalize(a) = a / λ`, the rule of the paper. The inner state is
   kept across windows.
 
+  A worker may give one window another length (`set_window`: Dynamic Local
+  Updates, where a slower worker's window is shorter); that window commits
+  after its own λ_k steps and `"window"` divides by λ_k, the steps it
+  actually took.
+
   With one worker and no server AGN is exactly
   `optax.lookahead(inner, sync_period=λ, slow_step_size=1/λ)`.
 
@@ -82,7 +98,8 @@ def agn(
     normalization: `"window"` (a/λ, the paper's rule), `"none"` (the raw
       accumulated update, as DOWNPOUR and DynSGD commit it), `"l2"` (a/‖a‖₂, a
       direction for a server-side step size), or a callable
-      `(accumulated, window) -> delta`.
+      `(accumulated, window) -> delta`, `window` the window's local steps
+      (an int32 array).
 
   Returns:
     An `optax.GradientTransformation`; its `update` needs `params`.
@@ -108,7 +125,7 @@ def agn(
     raise ValueError(
         "communication_window must be an integer >= 1, got "
         f"{communication_window!r}")
-  normalize = _normalizer(normalization, communication_window)
+  normalize = _normalizer(normalization)
 
   def init_fn(params):
     return AGNState(
@@ -116,13 +133,14 @@ def agn(
         anchor=params,
         count=jnp.zeros([], jnp.int32),
         delta=optax.tree_utils.tree_zeros_like(params),
+        window=jnp.asarray(communication_window, jnp.int32),
     )
 
   def update_fn(updates, state, params=None):
     if params is None:
       raise ValueError("agn needs `params` in update(updates, state, params)")
     updates, inner_state = inner.update(updates, state.inner_state, params)
-    commit_now = state.count == communication_window - 1
+    commit_now = state.count == state.window - 1
 
     # `a` is read off the parameters rather than summed step by step: the sum
     # would cost a pass over the model on every local step.
@@ -134,7 +152,7 @@ def agn(
       _, updates, anchor, _ = carry
       accumulated = jax.tree.map(lambda p, u, c: p + u - c, params, updates,
                                  anchor)
-      delta = normalize(accumulated)
+      delta = normalize(accumulated, state.window)
       center = jax.tree.map(lambda c, d: c + d.astype(c.dtype), anchor, delta)
       to_center = jax.tree.map(lambda c, p, u: (c - p).astype(u.dtype),
                                center, params, updates)
@@ -145,13 +163,19 @@ def agn(
         lambda carry: carry[0], commit,
         (commit_now, updates, state.anchor, state.delta))
     count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
-    return updates, AGNState(inner_state, anchor, count, delta)
+    return updates, AGNState(inner_state, anchor, count, delta, state.window)
 
   return optax.GradientTransformation(init_fn, update_fn)
 
 
 def _is_agn_state(x: Any) -> bool:
   return isinstance(x, AGNState)
+
+
+def holds_agn_state(opt_state: optax.OptState) -> bool:
+  """Whether `opt_state` holds exactly one `AGNState` (`find_agn_state` finds it)."""
+  return len([s for s in jax.tree.leaves(opt_state, is_leaf=_is_agn_state)
+              if _is_agn_state(s)]) == 1
 
 
 def find_agn_state(opt_state: optax.OptState) -> AGNState:
@@ -222,3 +246,43 @@ def reanchor(opt_state: optax.OptState, center: optax.Params):
 
   new_state = jax.tree.map(replace, opt_state, is_leaf=_is_agn_state)
   return center, new_state
+
+
+def set_window(opt_state: optax.OptState, steps):
+  """Gives the window that starts now `steps` local steps instead of λ.
+
+  Call it at the start of a window (after `init` or `reanchor`, before the
+  first local step): the window then commits after `steps` steps, and
+  `"window"` normalization divides its accumulated update by `steps`. The
+  next windows keep that length until it is set again. Dynamic Local Updates
+  set each window to the worker's own λ_k this way.
+
+  Args:
+    opt_state: the state of `agn(...)`, or of a chain that contains it.
+    steps: local steps of the window, >= 1 (an int or an int32 array).
+
+  Returns:
+    The state with its window set.
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from agn_jax import agn, commit_delta
+    >>> from agn_jax.transform import set_window
+    >>> tx = agn(optax.sgd(1.0), communication_window=4)
+    >>> params = jnp.zeros(1)
+    >>> state = set_window(tx.init(params), 2)
+    >>> for _ in range(2):  # Two steps of -1, then a commit: a = -2, a / 2.
+    ...   updates, state = tx.update(jnp.ones(1), state, params)
+    ...   params = params + updates
+    >>> commit_delta(state)
+    Array([-1.], dtype=float32)
+  """
+  find_agn_state(opt_state)  # Validates that there is exactly one.
+
+  def replace(s):
+    if _is_agn_state(s):
+      return s._replace(window=jnp.asarray(steps, jnp.int32).reshape(
+          jnp.shape(s.window)))
+    return s
+
+  return jax.tree.map(replace, opt_state, is_leaf=_is_agn_state)

@@ -112,7 +112,8 @@ def _agn_select(inner, window):
     anchor = jax.tree.map(sel, center, state.anchor)
     delta = jax.tree.map(sel, delta_c, state.delta)
     count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
-    return new_updates, transform.AGNState(inner_state, anchor, count, delta)
+    return new_updates, transform.AGNState(inner_state, anchor, count, delta,
+                                                  state.window)
 
   return optax.GradientTransformation(init_fn, update_fn)
 
@@ -144,7 +145,8 @@ def _agn_cond(inner, window):
 
     updates, anchor, delta = jax.lax.cond(commit_now, commit, local, None)
     count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
-    return updates, transform.AGNState(inner_state, anchor, count, delta)
+    return updates, transform.AGNState(inner_state, anchor, count, delta,
+                                       state.window)
 
   return optax.GradientTransformation(init_fn, update_fn)
 

@@ -180,6 +180,8 @@ def test_bad_flags_are_one_line_errors(tmp_path, case):
     (["--strategy=eamsgd", "--worker_optimizer=adam"], "momentum"),
     (["--strategy=downpour", "--normalization=l2"], "normalization"),
     (["--strategy=aeasgd", "--normalization=window"], "normalization"),
+    (["--dynamic_local_updates", "--communication_window=1"],
+     "communication_window > 1"),
 ])
 def test_settings_the_strategy_cannot_honour_are_one_line_errors(
     tmp_path, args, named):

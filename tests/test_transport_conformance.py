@@ -22,7 +22,8 @@ from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
 from agn_jax.runtime import inprocess
 from agn_jax.runtime import shm
-from agn_jax.runtime.transport import CommitMeta, SharedMemoryTransport
+from agn_jax.runtime.transport import (CommitMeta, SharedMemoryTransport,
+                                       WindowPlan)
 
 
 P = 30_000  # 120 kB: Ray moves such arrays through its object store.
@@ -350,3 +351,35 @@ def test_a_worker_elsewhere_pulls_its_own_commits_back(kit):
   assert take() == done
   assert join()
   assert transport.acknowledged(0) == windows and transport.is_done(0)
+
+
+def _planned_worker(transport, windows):
+  """Worker 0 of Dynamic Local Updates: each window as long as its last acknowledgement's plan says."""
+  center = np.empty(P, np.float32)
+  for window in range(windows):
+    if not transport.wait_acknowledged(0, window, 30):
+      return False
+    clock = transport.pull(center, timeout=30)
+    steps = transport.window_plan(0).local_updates or 8  # None yet: λ.
+    if not transport.commit((center,), _meta(0, clock)._replace(
+        local_updates=steps), timeout=30):
+      return False
+  return True
+
+
+def test_a_commit_carries_its_window_and_its_acknowledgement_the_next_plan(
+    kit):
+  transport = kit.transport(P, 1, 1, 2)
+  assert transport.window_plan(0) == WindowPlan()
+  join = kit.elsewhere(_planned_worker, transport, 4)
+  transport.publish(np.zeros(P, np.float32), clock=0)
+  seen = []
+  for i in range(4):
+    commit = transport.next_commit(timeout=30)
+    seen.append(commit.meta.local_updates)
+    # Planned before the release: the acknowledgement carries it.
+    transport.set_window_plan(0, WindowPlan(3 - i, 10 * (i + 1)))
+    transport.release(commit)
+  assert join()
+  assert seen == [8, 3, 2, 1]
+  assert transport.window_plan(0) == WindowPlan(0, 40)

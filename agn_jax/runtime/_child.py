@@ -196,3 +196,33 @@ def parse_fault(spec: Optional[str]) -> Optional[Fault]:
                      f":window=K[:incarnations=I]', got {spec!r}")
   return Fault(kind, int(values["worker"]), int(values["window"]),
                int(values.get("incarnations", 1)))
+
+
+class Slowdown(NamedTuple):
+  """A test hook: make a real worker slower, as a slower machine would be.
+
+  Read from `AGN_JAX_SLOW="worker=W:seconds=S"`: worker W sleeps S seconds
+  per local step of each window, inside the window's measured time (what
+  Dynamic Local Updates plan the next window from).
+  """
+  worker: int
+  seconds: float
+
+
+def parse_slowdown(spec: Optional[str]) -> Optional[Slowdown]:
+  """Parses `AGN_JAX_SLOW`; None when unset.
+
+  Example:
+    >>> parse_slowdown("worker=1:seconds=0.01")
+    Slowdown(worker=1, seconds=0.01)
+  """
+  if not spec:
+    return None
+  try:
+    values = dict(f.split("=", 1) for f in spec.split(":"))
+    if set(values) != {"worker", "seconds"}:
+      raise ValueError(spec)
+    return Slowdown(int(values["worker"]), float(values["seconds"]))
+  except ValueError:
+    raise ValueError(f"AGN_JAX_SLOW must look like 'worker=W:seconds=S', got "
+                     f"{spec!r}") from None

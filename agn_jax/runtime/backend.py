@@ -370,7 +370,13 @@ class ServerBackend(Backend):
     config, book = self.config, self.book
     the_plan = plan(config, dataset)
     self._interrupt_point()
-    book.expected_commits = the_plan.expected_commits
+    if config.dynamic_local_updates:
+      # The windows' lengths are measured as the run goes: only the share's
+      # samples are known before.
+      book.expected_samples = (the_plan.expected_commits *
+                               config.communication_window * config.batch_size)
+    else:
+      book.expected_commits = the_plan.expected_commits
     slots = self.num_slots or min(config.num_workers, MAX_SLOTS)
     book.extra_summary["num_slots"] = slots
     self._set_up(the_plan, slots, dataset)
@@ -511,8 +517,10 @@ class ServerBackend(Backend):
     if self.switches.is_set("stop"):
       # Winding down: no restart; the server must not wait for this worker.
       acked = transport.acknowledged(w)
-      samples = acked * self.config.communication_window * self.config.batch_size
-      done = ev.WorkerDone(w, acked, samples, {})
+      steps = (transport.window_plan(w).steps_done
+               if self.config.dynamic_local_updates else
+               acked * self.config.communication_window)
+      done = ev.WorkerDone(w, acked, steps * self.config.batch_size, {})
       transport.finish(done)
       book.handle(done)
       return False

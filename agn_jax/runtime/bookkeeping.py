@@ -109,6 +109,9 @@ class RunBook:
     # Where every row also goes (`--metric_writers`), opened with the books.
     self.writers: List[metric_writers.MetricWriter] = []
     self.expected_commits: Optional[int] = None
+    # Where the commits are not known before (Dynamic Local Updates on real
+    # workers): the samples of every worker's share.
+    self.expected_samples: Optional[int] = None
     self.extra_summary: Dict[str, object] = {}
     self.timeline: Dict[str, float] = {}
     # When training began (the start barrier), and the `time` it began at.
@@ -120,6 +123,11 @@ class RunBook:
     self.kept_clock: Optional[int] = None  # A resume's last clock kept.
     self.kept_since_eval: List[int] = []  # Its staleness after its last eval.
     self.commit_times: List[float] = []  # This session's.
+    self.commit_steps: List[int] = []  # Their windows' local steps.
+    # Dynamic Local Updates: each worker's windows by their local steps,
+    # over the whole run (a resume's kept rows included).
+    self.local_updates: List[Dict[int, int]] = [
+        {} for _ in range(config.num_workers)]
     self.first_sim_time = None
     self.last_sim_time = None
     self.ready: Dict[int, float] = {}
@@ -220,6 +228,11 @@ class RunBook:
             row.get("staleness"), int):
           self.staleness.append(row["staleness"])
           self.kept_since_eval.append(row["staleness"])
+        if (row.get("event") == "commit" and
+            isinstance(row.get("local_updates"), int) and
+            isinstance(row.get("worker"), int) and
+            0 <= row["worker"] < len(self.local_updates)):
+          self._count_local_updates(row["worker"], row["local_updates"])
         elif row.get("event") == "eval":
           self.kept_since_eval = []
 
@@ -312,9 +325,17 @@ class RunBook:
   def _on_resume_failed(self, e: ev.ResumeFailed):
     raise resume_error(self.workdir, e.message)
 
+  def _count_local_updates(self, worker: int, steps: int) -> None:
+    counts = self.local_updates[worker]
+    counts[steps] = counts.get(steps, 0) + 1
+
   def _on_commit(self, e: ev.Committed):
     self.staleness.append(e.staleness)
     self.commit_times.append(e.time)
+    self.commit_steps.append(e.local_updates or
+                             self.config.communication_window)
+    if e.local_updates is not None:
+      self._count_local_updates(e.worker, e.local_updates)
     if e.sim_time is not None:
       if self.first_sim_time is None:
         self.first_sim_time = e.sim_time
@@ -427,8 +448,7 @@ class RunBook:
       rejected = ((restored.rejected_commits if restored else 0) +
                   sum(self.rejected_per_worker))
       acknowledged = None
-    samples = len(self.commit_times) * config.communication_window * (
-        config.batch_size)
+    samples = sum(self.commit_steps) * config.batch_size
     ended = self.commit_times[-1] if self.commit_times else None
     training_seconds = (ended - self.started
                         if self.started and ended else None)
@@ -437,9 +457,14 @@ class RunBook:
     wall = time.time() - self.t0
     if isinstance(previous.get("wall_seconds"), (int, float)):
       wall += previous["wall_seconds"]
+    trained = sum(e.num_samples for e in done.values())
     completed = (not interrupted and self.server_done is not None and
-                 self.expected_commits is not None and
-                 applied + rejected >= self.expected_commits)
+                 (self.expected_commits is not None or
+                  self.expected_samples is not None) and
+                 (self.expected_commits is None or
+                  applied + rejected >= self.expected_commits) and
+                 (self.expected_samples is None or
+                  trained >= self.expected_samples))
     summary = {
         "strategy": config.strategy,
         "backend": self.backend,
@@ -489,6 +514,15 @@ class RunBook:
     }
     if self.last_sim_time is not None:
       summary["simulated_seconds"] = self.last_sim_time
+    if config.dynamic_local_updates:
+      # Each worker's λ_k: the local steps of most of its applied commits
+      # (None before its first), and all of them counted by steps.
+      summary["local_updates"] = [
+          max(counts, key=lambda steps: (counts[steps], steps))
+          if counts else None for counts in self.local_updates]
+      summary["local_updates_histogram"] = [
+          {str(steps): count for steps, count in sorted(counts.items())}
+          for counts in self.local_updates]
     summary.update(self.extra_summary)
     return summary
 

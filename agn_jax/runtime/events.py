@@ -77,6 +77,9 @@ class Committed(NamedTuple):
       each step's time is exact.
     sim_window_end: its end on the simulated clock; the commit's message
       and the server's queue come after it, so `sim_time` may be later.
+    local_updates: the window's local steps, with Dynamic Local Updates
+      (the worker's λ_k; fewer in the last window of its share); None
+      otherwise (λ).
   """
   time: float
   worker: int
@@ -90,6 +93,7 @@ class Committed(NamedTuple):
   step_accuracy: Optional[Sequence[float]] = None
   sim_window_start: Optional[float] = None
   sim_window_end: Optional[float] = None
+  local_updates: Optional[int] = None
   kind = "commit"
 
 
@@ -186,7 +190,7 @@ ROWS = {
 _NOT_IN_ROWS = {"timeline", "stats", "acknowledged"}
 # Fields a row leaves out when they are None (backend- or loss-specific).
 _OPTIONAL = {"sim_time", "window_start", "window_end", "step_accuracy",
-             "sim_window_start", "sim_window_end"}
+             "sim_window_start", "sim_window_end", "local_updates"}
 # `time.time()` stamps, which a row gives as seconds on its `time` base.
 _STAMPS = {"time", "window_start", "window_end"}
 

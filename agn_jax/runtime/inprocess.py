@@ -35,7 +35,7 @@ import numpy as np
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
-from agn_jax.runtime.transport import Commit, Transport, wire_spec
+from agn_jax.runtime.transport import Commit, Transport, WindowPlan, wire_spec
 
 
 class CommitBoard:
@@ -56,6 +56,7 @@ class CommitBoard:
     self._queue = collections.deque()  # (meta, payload), arrival order.
     self._applying = [0] * num_workers
     self._acks = [0] * num_workers
+    self._plans = [WindowPlan()] * num_workers
     self._done: Dict[int, ev.WorkerDone] = {}
     self._reported = set()  # Workers whose WorkerDone the server took.
 
@@ -88,6 +89,12 @@ class CommitBoard:
     """The server is done with a commit of `worker`; `handled` counts it (applied or rejected)."""
     self._applying[worker] -= 1
     self._acks[worker] += int(handled)
+
+  def set_window_plan(self, worker: int, plan: WindowPlan) -> None:
+    self._plans[worker] = WindowPlan(*plan)
+
+  def window_plan(self, worker: int) -> WindowPlan:
+    return self._plans[worker]
 
   def finish(self, done: ev.WorkerDone) -> None:
     self._done[done.worker] = done
@@ -148,6 +155,9 @@ class InProcessTransport(Transport):
   def release(self, commit):
     self._now(lambda: self.board.release(commit.meta.worker, True))
 
+  def set_window_plan(self, worker, plan):
+    self._now(lambda: self.board.set_window_plan(worker, plan))
+
   # Worker side.
   def pull(self, out, timeout=None):
     latest = self._when(lambda: self.board.center is not None,
@@ -166,6 +176,9 @@ class InProcessTransport(Transport):
   def wait_acknowledged(self, worker, count, timeout):
     return self._when(lambda: self.board.acknowledged(worker) >= count,
                       lambda: True, timeout, False)
+
+  def window_plan(self, worker):
+    return self._now(lambda: self.board.window_plan(worker))
 
   def finish(self, done):
     self._now(lambda: self.board.finish(done))

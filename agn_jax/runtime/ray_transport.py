@@ -36,7 +36,7 @@ from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
 from agn_jax.runtime.inprocess import CommitBoard
-from agn_jax.runtime.transport import Commit, Transport, wire_spec
+from agn_jax.runtime.transport import Commit, Transport, WindowPlan, wire_spec
 
 _SWITCH_SECONDS = 0.02  # How stale a part's view of an unset switch may be.
 
@@ -110,6 +110,13 @@ class Hub:
     return await self._when(
         lambda: self._board.acknowledged(worker) >= count, lambda: True,
         timeout, False)
+
+  async def set_window_plan(self, worker, plan, after=None):
+    del after  # Only orders this call after an earlier one.
+    await self._now(lambda: self._board.set_window_plan(worker, plan))
+
+  async def window_plan(self, worker):
+    return self._board.window_plan(worker)
 
   async def finish(self, done):
     await self._now(lambda: self._board.finish(done))
@@ -307,6 +314,11 @@ class RayTransport(Transport):
   def release(self, commit):
     self._sent = self._hub.release.remote(commit.meta.worker, True, self._sent)
 
+  def set_window_plan(self, worker, plan):
+    # Ordered before the `release` that follows, as `publish` is.
+    self._sent = self._hub.set_window_plan.remote(
+        worker, tuple(int(v) for v in plan), self._sent)
+
   # Worker side.
   def pull(self, out, timeout=None):
     latest = self._get(self._hub.center.remote(timeout))
@@ -329,6 +341,10 @@ class RayTransport(Transport):
   def wait_acknowledged(self, worker, count, timeout):
     return self._get(self._hub.wait_acknowledged.remote(worker, count,
                                                         timeout))
+
+  def window_plan(self, worker):
+    self._settled()
+    return WindowPlan(*self._get(self._hub.window_plan.remote(worker)))
 
   def finish(self, done):
     self._get(self._hub.finish.remote(done))

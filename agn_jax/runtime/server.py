@@ -3,16 +3,23 @@
 The math, and the refusal of a non-finite commit, is `strategy.server_apply`,
 jitted; this module only moves bytes and counts staleness. No JAX at module
 level.
+
+With Dynamic Local Updates the server also plans each worker's next window
+(`WindowPlanner`), from the step times its commits report, and hands the
+plan to the transport before it acknowledges the commit.
 """
 
 import os
 import time
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from agn_jax.errors import CheckpointError
 from agn_jax.runtime import _child
 from agn_jax.runtime import events
+from agn_jax.runtime.transport import CommitMeta, WindowPlan
+from agn_jax.shares import local_updates
 
 _POLL_SECONDS = 0.2
 
@@ -33,6 +40,61 @@ def server_apply_fn(strategy, layout):
     return layout.ravel(center), state, accepted
 
   return jax.jit(apply, donate_argnums=(0,))
+
+
+class WindowPlanner:
+  """Dynamic Local Updates on real workers: each one's next window from the step times measured so far.
+
+  A commit's window took `meta.time − meta.window_start` seconds for its
+  `meta.local_updates` steps: its worker's latest step time t_k. The
+  worker's next window is `λ_k = round(λ · min_j t_j / t_k)`, at least 1
+  (`agn_jax.shares.local_updates`, speeds 1 / t_j), over the workers that
+  have reported one. A worker's first window in this server's session is no
+  measurement (it holds the kernel's first call: tens of milliseconds of
+  set-up, as long as many steps of a small model), so its first two
+  windows are λ. A worker whose share is done keeps counting with its last
+  step time; a resumed run measures anew. The plan also counts each
+  worker's local steps done (applied or rejected commits): where a
+  restarted worker resumes its share.
+
+  Args:
+    communication_window: λ.
+    steps_done: each worker's local steps done so far (a resumed run's).
+
+  Example:
+    >>> planner = WindowPlanner(8, [0, 0])
+    >>> def window(worker, seconds):
+    ...   return CommitMeta(worker, 0, 0.0, 0.0, time=seconds,
+    ...                     window_start=0.0, local_updates=8)
+    >>> planner.plan(window(0, 9.0))  # Its first window: no measurement.
+    WindowPlan(local_updates=0, steps_done=8)
+    >>> planner.plan(window(1, 9.0)), planner.plan(window(0, 8.0))
+    (WindowPlan(local_updates=0, steps_done=8), WindowPlan(local_updates=8, steps_done=16))
+    >>> planner.plan(window(1, 16.0))  # 2 s a step against 1 s.
+    WindowPlan(local_updates=4, steps_done=16)
+  """
+
+  def __init__(self, communication_window: int, steps_done: Sequence[int]):
+    self.communication_window = int(communication_window)
+    self.steps_done: List[int] = [int(s) for s in steps_done]
+    self.step_seconds: Dict[int, float] = {}
+    self._started = set()  # Workers whose first window this session is in.
+
+  def plan(self, meta: CommitMeta) -> WindowPlan:
+    """Counts the commit's steps and measures its step time; the worker's next `WindowPlan`."""
+    w = meta.worker
+    steps = meta.local_updates or self.communication_window
+    self.steps_done[w] += steps
+    if w not in self._started:
+      self._started.add(w)
+    elif meta.window_start is not None and meta.time > meta.window_start:
+      self.step_seconds[w] = (meta.time - meta.window_start) / steps
+    if w not in self.step_seconds:
+      return WindowPlan(0, self.steps_done[w])
+    workers = sorted(self.step_seconds)
+    planned = local_updates(self.communication_window,
+                            [1.0 / self.step_seconds[k] for k in workers])
+    return WindowPlan(planned[workers.index(w)], self.steps_done[w])
 
 
 def serve(ctx: _child.RunContext, replies, resume: bool = False) -> bool:
@@ -99,7 +161,11 @@ class _Server:
                                                       input_dim))
     state = strategy.rule.init(layout.unravel(jnp.asarray(initial)))
     self.clock, self.rejected = 0, 0
-    self.saved_step = None
+    saved_step = None
+    self.planner: Optional[WindowPlanner] = None
+    if config.dynamic_local_updates:
+      self.planner = WindowPlanner(config.communication_window,
+                                   [0] * config.num_workers)
     if resume:
       restored = self._restore(state)
       if restored is None:
@@ -108,16 +174,21 @@ class _Server:
       initial = ckpt.center
       self.clock = int(ckpt.meta["num_commits"])
       self.rejected = int(ckpt.meta["rejected_commits"])
-      self.saved_step = ckpt.step
+      saved_step = ckpt.step
       for w, count in enumerate(ckpt.meta["worker_commits"]):
         transport.set_acknowledged(w, count)
+      if self.planner is not None:
+        self.planner.steps_done = [int(s) for s in ckpt.meta["worker_steps"]]
+        for w, steps in enumerate(self.planner.steps_done):
+          transport.set_window_plan(w, WindowPlan(0, steps))
       ctx.events.put(events.Restored(
           self.clock, ckpt.meta.get("metrics_offset"), self.rejected,
           list(ckpt.meta["worker_commits"])))
     center = jnp.asarray(initial)
     apply = server_apply_fn(strategy, layout)
     transport.publish(initial, clock=self.clock)
-    self.checkpointer = checkpoint.Checkpointer(self.checkpoint_dir)
+    self.checkpointer = checkpoint.Checkpointer(self.checkpoint_dir,
+                                                saved_step)
 
     # Compile before the first commit arrives, on a copy (the center is donated).
     zeros = tuple(np.zeros(x.shape, x.dtype) for x in strategy.wire_spec(
@@ -146,6 +217,8 @@ class _Server:
         staleness = self.clock - meta.clock
         center, state, accepted = apply(center, state, tuple(message.payload),
                                         np.int32(staleness))
+        if self.planner is not None:  # Before the acknowledgement carries it.
+          transport.set_window_plan(meta.worker, self.planner.plan(meta))
         if not accepted:  # Waits for the result: the payload is read.
           self.rejected += 1
           transport.release(message)
@@ -161,7 +234,9 @@ class _Server:
             time.time(), meta.worker, self.clock, staleness, meta.loss,
             meta.accuracy, window_start=meta.window_start,
             window_end=meta.time if known else None,
-            step_accuracy=events.step_values(meta.step_accuracy)))
+            step_accuracy=events.step_values(meta.step_accuracy),
+            local_updates=((meta.local_updates or config.communication_window)
+                           if self.planner is not None else None)))
       self._save(center, state, final=True)
     finally:
       self.checkpointer.close()
@@ -185,17 +260,17 @@ class _Server:
     return None
 
   def _save(self, center, state, final: bool):
-    import jax
     if not self.ctx.config["checkpoints"]:
       return
-    if self.clock == self.saved_step:
-      # Nothing new since that checkpoint (a step is saved only once): it is
-      # the final one too, and the books say so, as the simulated backend's.
-      if final:
-        self.ctx.events.put(events.CheckpointSaved(time.time(), self.clock,
-                                                   True, 0.0))
-      return
-    t0 = time.monotonic()
+    seconds = self.checkpointer.save_once(
+        self.clock, lambda: self._contents(center, state), final)
+    if seconds is not None:
+      self.ctx.events.put(events.CheckpointSaved(time.time(), self.clock,
+                                                 final, seconds))
+
+  def _contents(self, center, state):
+    """The checkpoint of this clock: `(center, server leaves, meta)`."""
+    import jax
     offset = self._metrics_offset()
     meta = {
         "num_commits": self.clock,
@@ -203,14 +278,13 @@ class _Server:
         # Each worker's progress through its data share, in windows.
         "worker_commits": [self.transport.acknowledged(w)
                            for w in range(self.ctx.config["num_workers"])],
+        # With Dynamic Local Updates, that progress in local steps.
+        **({"worker_steps": list(self.planner.steps_done)}
+           if self.planner is not None else {}),
         "metrics_offset": offset,
         "config": self.ctx.config,
         "layout": [[list(s), d] for s, d in self.layout.metadata()],
         "time": time.time(),
     }
-    self.checkpointer.save(self.clock, np.array(center),
-                           [np.array(x) for x in jax.tree.leaves(state)],
-                           meta)
-    self.saved_step = self.clock
-    self.ctx.events.put(events.CheckpointSaved(
-        time.time(), self.clock, final, time.monotonic() - t0))
+    return (np.array(center), [np.array(x) for x in jax.tree.leaves(state)],
+            meta)

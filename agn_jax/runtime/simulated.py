@@ -79,7 +79,7 @@ class SimulatedBackend(backend_lib.Backend):
     self.sim = None
     self.x_test = self.y_test = None
     self.checkpointer = None
-    self.saved_step = None
+    self.saved_step = None  # A restored checkpoint's step.
     self.stopped = False
     self.finished = False
     # Wall-clock bounds of the rounds whose windows still await a commit.
@@ -89,7 +89,6 @@ class SimulatedBackend(backend_lib.Backend):
     from agn_jax import simulator
     config, book = self.config, self.book
     plan = backend_lib.plan(config, dataset)
-    book.expected_commits = plan.expected_commits
     cluster = None
     if config.options.cluster == "this_host":
       from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
@@ -106,6 +105,9 @@ class SimulatedBackend(backend_lib.Backend):
       mesh = simulator.default_mesh(config.num_workers, devices)
     self.sim = simulator.Simulation(config, plan.dataset, cluster=cluster,
                                     mesh=mesh)
+    # The plan's n × windows, or more with Dynamic Local Updates (shorter
+    # windows over the same share).
+    book.expected_commits = self.sim.windows.total()
     self.layout = plan.layout
     self.x_test, self.y_test = plan.dataset.x_test, plan.dataset.y_test
     info = self.sim.info
@@ -142,7 +144,8 @@ class SimulatedBackend(backend_lib.Backend):
   def run(self):
     from agn_jax import checkpoint
     config, book, sim = self.config, self.book, self.sim
-    self.checkpointer = checkpoint.Checkpointer(self._checkpoint_dir())
+    self.checkpointer = checkpoint.Checkpointer(self._checkpoint_dir(),
+                                                self.saved_step)
     book.timeline["built"] = time.time()
     book.start_training()
     with _DeferredSignals() as signals:
@@ -176,6 +179,7 @@ class SimulatedBackend(backend_lib.Backend):
       raise RunError(str(e)) from None
 
   def _book_round(self, records, started):
+    sim = self.sim
     now = time.time()
     round_index = records[0].round if records else None
     self._round_walls[round_index] = (started, now)
@@ -191,7 +195,9 @@ class SimulatedBackend(backend_lib.Backend):
             window_start=ran[0], window_end=ran[1],
             step_accuracy=ev.step_values(r.step_accuracy),
             sim_window_start=float(r.window_start),
-            sim_window_end=float(r.window_end)))
+            sim_window_end=float(r.window_end),
+            local_updates=(r.local_updates if sim.dynamic_local_updates
+                           else None)))
     # Only the rounds whose windows still await their commits are kept.
     oldest = self.sim.oldest_waiting_round
     for key in [k for k in self._round_walls
@@ -207,34 +213,34 @@ class SimulatedBackend(backend_lib.Backend):
                                   float(accuracy), final, self._sim_time()))
 
   def _save(self, final: bool):
-    import jax
-    sim = self.sim
     if not self.config.checkpoints:
       return
-    if self.saved_step == sim.clock:
-      # Nothing changed since that checkpoint (a step is saved only once):
-      # it is the final one too.
-      if final:
-        self.book.handle(ev.CheckpointSaved(time.time(), sim.clock, True, 0.0))
-      return
-    t0 = time.monotonic()
+    seconds = self.checkpointer.save_once(self.sim.clock, self._contents,
+                                          final)
+    if seconds is not None:
+      self.book.handle(ev.CheckpointSaved(time.time(), self.sim.clock, final,
+                                          seconds))
+
+  def _contents(self):
+    """The checkpoint of the simulation now: `(center, leaves, meta)`."""
+    import jax
+    sim = self.sim
     state = sim.state()
     meta = state["meta"]
     book_meta = {
         "num_commits": sim.clock,
         "rejected_commits": meta["rejected_commits"],
         "worker_commits": list(meta["windows_done"]),
+        **({"worker_steps": [sim.steps_done(k)
+                             for k in range(sim.num_workers)]}
+           if sim.dynamic_local_updates else {}),
         "metrics_offset": self.book.metrics_position(),
         "config": self.config.to_dict(),
         "layout": [[list(s), d] for s, d in self.layout.metadata()],
         "time": time.time(),
         "simulation": meta,
     }
-    self.checkpointer.save(sim.clock, sim.center(),
-                           jax.tree.leaves(state["arrays"]), book_meta)
-    self.saved_step = sim.clock
-    self.book.handle(ev.CheckpointSaved(time.time(), sim.clock, final,
-                                        time.monotonic() - t0))
+    return sim.center(), jax.tree.leaves(state["arrays"]), book_meta
 
   def _finish(self):
     """The end of the shares (or of the time): as the processes' workers, server and evaluator end."""
@@ -247,8 +253,7 @@ class SimulatedBackend(backend_lib.Backend):
     self.book.extra_summary["peak_rss_mb"] = peak
     for k, windows in enumerate(meta["windows_done"]):
       self.book.handle(ev.WorkerDone(
-          k, windows, windows * config.communication_window * config.batch_size,
-          sim.traffic(k)))
+          k, windows, sim.steps_done(k) * config.batch_size, sim.traffic(k)))
     self._save(final=True)
     self.book.handle(ev.ServerDone(time.time(), sim.clock,
                                    meta["rejected_commits"],

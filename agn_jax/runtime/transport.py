@@ -32,6 +32,8 @@ class CommitMeta(NamedTuple):
       dispatched, or None.
     step_accuracy: the training accuracy of each of the window's λ local
       steps, in order (float32); empty when the loss has no accuracy.
+    local_updates: the window's local steps (its λ_k with Dynamic Local
+      Updates); 0: not said, λ.
   """
   worker: int
   clock: int
@@ -40,6 +42,21 @@ class CommitMeta(NamedTuple):
   time: float
   window_start: Optional[float] = None
   step_accuracy: Sequence[float] = ()
+  local_updates: int = 0
+
+
+class WindowPlan(NamedTuple):
+  """What the server tells a worker of Dynamic Local Updates about its share, with each acknowledgement.
+
+  Attributes:
+    local_updates: local steps of the worker's next window (its λ_k, from
+      the step times measured so far); 0: none planned yet, λ.
+    steps_done: local steps of the worker's handled commits (applied or
+      rejected) over the whole run: where a restarted worker resumes its
+      share.
+  """
+  local_updates: int = 0
+  steps_done: int = 0
 
 
 Wire = Tuple[Tuple[int, str], ...]
@@ -98,6 +115,7 @@ class CommitHeader(NamedTuple):
   time: float
   window_start: Optional[float] = None
   step_accuracy: Sequence[float] = ()
+  local_updates: int = 0
 
 
 Message = Union[Commit, WorkerDone]
@@ -135,6 +153,10 @@ class Transport(abc.ABC):
   def release(self, commit: Commit) -> None:
     """The server handled `commit` (applied or rejected): count it for its worker, free its storage."""
 
+  @abc.abstractmethod
+  def set_window_plan(self, worker: int, plan: WindowPlan) -> None:
+    """Dynamic Local Updates: `worker`'s `WindowPlan`, set before its commit is released (so its acknowledgement carries it)."""
+
   # Worker side.
   @abc.abstractmethod
   def pull(self, out: np.ndarray, timeout: Optional[float] = None) -> int:
@@ -160,6 +182,10 @@ class Transport(abc.ABC):
     reference implementation's synchronous commit RPC: with one worker the
     run is then exactly Lookahead, and staleness counts other workers only.
     """
+
+  @abc.abstractmethod
+  def window_plan(self, worker: int) -> WindowPlan:
+    """The `WindowPlan` the server set last for `worker` (`WindowPlan()` before any)."""
 
   @abc.abstractmethod
   def finish(self, done: WorkerDone) -> None:
@@ -210,11 +236,12 @@ _SEQLOCK_ATTEMPTS = 4
 # (the server took it) → FREE. Only a worker's death interrupts that cycle,
 # and only in FILLING, where the supervisor reclaims the slot.
 _FREE, _FILLING, _QUEUED, _APPLYING = 0, 1, 2, 3
-# Per worker: handled commits, done mark, commits and samples when done.
-_WORKER_WORDS = 4
+# Per worker: handled commits, done mark, commits and samples when done, and
+# its `WindowPlan` (local steps of its next window, steps done).
+_WORKER_WORDS = 6
 # Per slot: owner, phase, queue position, clock of the commit, number of
-# step accuracies.
-_SLOT_WORDS = 5
+# step accuracies, local steps of its window.
+_SLOT_WORDS = 6
 # Per slot: loss, accuracy, time, window start (NaN: unknown).
 _SLOT_FLOATS = 4
 
@@ -358,8 +385,10 @@ class SharedMemoryTransport(Transport):
   def __getstate__(self):
     # Mappings and descriptors are per process; a child re-attaches by name.
     local = ("_center_seg", "_ring_seg", "_header", "_buffers", "_slots",
-             "_acks", "_done", "_done_commits", "_done_samples", "_owner",
-             "_phase", "_seq", "_clock", "_steps_count", "_floats",
+             "_acks", "_done", "_done_commits", "_done_samples",
+             "_plan_updates", "_plan_steps", "_owner",
+             "_phase", "_seq", "_clock", "_steps_count", "_local_updates",
+             "_floats",
              "_steps", "_next_seq",
              "_center_lock", "_ring_lock", "_reported")
     return {k: v for k, v in self.__dict__.items() if k not in local}
@@ -381,11 +410,13 @@ class SharedMemoryTransport(Transport):
     ]
     words = self._ring_seg.array(np.int64,
                                  (_WORKER_WORDS * n + _SLOT_WORDS * s + 1,))
-    (self._acks, self._done, self._done_commits,
-     self._done_samples) = (words[i * n:(i + 1) * n] for i in range(4))
+    (self._acks, self._done, self._done_commits, self._done_samples,
+     self._plan_updates, self._plan_steps) = (
+         words[i * n:(i + 1) * n] for i in range(_WORKER_WORDS))
     slot_words = words[_WORKER_WORDS * n:]
-    (self._owner, self._phase, self._seq, self._clock,
-     self._steps_count) = (slot_words[i * s:(i + 1) * s] for i in range(5))
+    (self._owner, self._phase, self._seq, self._clock, self._steps_count,
+     self._local_updates) = (slot_words[i * s:(i + 1) * s]
+                             for i in range(_SLOT_WORDS))
     self._next_seq = words[-1:]
     base = shm.aligned((_WORKER_WORDS * n + _SLOT_WORDS * s + 1) * 8)
     self._floats = self._ring_seg.array(np.float64, (_SLOT_FLOATS, s), base)
@@ -460,7 +491,8 @@ class SharedMemoryTransport(Transport):
         steps = self._steps[i, :int(self._steps_count[i])].copy()
         return CommitHeader(i, int(self._owner[i]), int(self._clock[i]),
                             float(loss), float(accuracy), float(when),
-                            None if np.isnan(start) else float(start), steps)
+                            None if np.isnan(start) else float(start), steps,
+                            int(self._local_updates[i]))
       new = np.flatnonzero((done != 0) & ~self._reported)
       if new.size:
         w = int(new[0])
@@ -482,6 +514,12 @@ class SharedMemoryTransport(Transport):
     """Returns a slot to the ring once the server is done with its payload."""
     self._owner[index] = -1
     self._phase[index] = _FREE
+
+  def set_window_plan(self, worker, plan):
+    # Written before the acknowledgement that follows it (`release`), which
+    # is what a worker waits for before it reads them.
+    self._plan_updates[worker] = plan.local_updates
+    self._plan_steps[worker] = plan.steps_done
 
   def acknowledge(self, worker):
     """Counts one more of `worker`'s commits as handled."""
@@ -538,6 +576,7 @@ class SharedMemoryTransport(Transport):
     i = header.slot
     steps = np.asarray(header.step_accuracy, np.float32).reshape(-1)
     self._clock[i] = header.clock
+    self._local_updates[i] = header.local_updates
     self._steps_count[i] = steps.size
     self._steps[i, :steps.size] = steps
     self._floats[:, i] = (header.loss, header.accuracy, header.time,
@@ -558,6 +597,10 @@ class SharedMemoryTransport(Transport):
       time.sleep(pause)
       pause = min(pause * 2, 1e-3)  # Short waits stay short; long ones idle.
     return True
+
+  def window_plan(self, worker):
+    return WindowPlan(int(self._plan_updates[worker]),
+                      int(self._plan_steps[worker]))
 
   def finish(self, done):
     w = done.worker
@@ -592,8 +635,9 @@ class SharedMemoryTransport(Transport):
 
   def close(self):
     for attr in ("_header", "_buffers", "_slots", "_acks", "_done",
-                 "_done_commits", "_done_samples", "_owner", "_phase",
-                 "_seq", "_clock", "_steps_count", "_floats", "_steps",
+                 "_done_commits", "_done_samples", "_plan_updates",
+                 "_plan_steps", "_owner", "_phase", "_seq", "_clock",
+                 "_steps_count", "_local_updates", "_floats", "_steps",
                  "_next_seq"):
       self.__dict__.pop(attr, None)
     for attr in ("_center_lock", "_ring_lock"):

@@ -1,5 +1,13 @@
 """The worker process: λ local steps in one dispatch, then the strategy's commit and pull half-steps.
 
+With Dynamic Local Updates (`--dynamic_local_updates`) each window is the
+λ_k local steps the server planned with the acknowledgement of the
+worker's last commit (`transport.WindowPlan`, from the step times the
+commits carry: `CommitMeta.window_start`, `time` and `local_updates`); the
+first window is λ. One compilation of the window kernel serves every
+length (its `steps` argument), so a new λ_k costs no compilation, which
+would also count as step time.
+
 Module level imports no JAX: a spawned part applies its placement first.
 """
 
@@ -13,7 +21,7 @@ import numpy as np
 from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
 from agn_jax.runtime import _child
 from agn_jax.runtime import events
-from agn_jax.runtime.transport import CommitMeta
+from agn_jax.runtime.transport import CommitMeta, WindowPlan
 from agn_jax.shares import BatchSampler, shard_bounds, windows_per_worker
 
 _POLL_SECONDS = 0.1
@@ -32,11 +40,14 @@ class WorkerFunctions(NamedTuple):
     receive: `(state, center_flat, accepted) -> state`,
       `strategy.worker_receive`; `accepted` is a Python bool, compiled once
       for each value.
+    begin: `(state, steps) -> state`, `strategy.begin_window` (Dynamic
+      Local Updates).
   """
   kernel: object
   init: object
   commit: object
   receive: object
+  begin: object
 
 
 def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
@@ -59,7 +70,8 @@ def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
       kernel=kernel_lib.window_kernel(loss_fn, strategy.worker_transform),
       init=jax.jit(init),
       commit=jax.jit(commit, donate_argnums=0),
-      receive=jax.jit(receive, donate_argnums=0, static_argnums=2))
+      receive=jax.jit(receive, donate_argnums=0, static_argnums=2),
+      begin=jax.jit(strategy.begin_window, donate_argnums=0))
 
 
 def run_worker(ctx: _child.RunContext, index: int, incarnation: int = 0,
@@ -83,20 +95,22 @@ class _Stopped(Exception):
   """The run is winding down before this worker started training."""
 
 
-def _window_metrics(jnp, metrics, started: float) -> tuple:
+def _window_metrics(jnp, metrics, started: float, steps: int) -> tuple:
   """`(loss, accuracy, start, end, step_accuracy)` of one window kernel's result.
 
-  The means are the window's; `step_accuracy` holds each local step's
-  mini-batch accuracy (float32; empty when the loss has none). The λ steps
-  run in one dispatch and have no times of their own: the window's start
-  (`started`, when it was dispatched) and end (when its results were back,
-  which waits for the steps) bound them.
+  The means are the window's, over its first `steps` local steps (the
+  others ran not); `step_accuracy` holds each local step's mini-batch
+  accuracy (float32; empty when the loss has none). The steps run in one
+  dispatch and have no times of their own: the window's start (`started`,
+  when it was dispatched) and end (when its results were back, which waits
+  for the steps) bound them.
   """
-  loss = float(jnp.mean(metrics["loss"]))
-  accuracy = float(jnp.mean(metrics.get("accuracy", jnp.nan)))
-  steps = (np.asarray(metrics["accuracy"], np.float32).reshape(-1)
-           if "accuracy" in metrics else np.zeros(0, np.float32))
-  return loss, accuracy, started, time.time(), steps
+  loss = float(jnp.mean(metrics["loss"][:steps]))
+  accuracy = (float(jnp.mean(metrics["accuracy"][:steps]))
+              if "accuracy" in metrics else float("nan"))
+  accuracies = (np.asarray(metrics["accuracy"][:steps], np.float32).reshape(-1)
+                if "accuracy" in metrics else np.zeros(0, np.float32))
+  return loss, accuracy, started, time.time(), accuracies
 
 
 class _Worker:
@@ -114,6 +128,8 @@ class _Worker:
                               incarnation >= fault.incarnations):
       fault = None
     self.fault = fault
+    slow = _child.parse_slowdown(os.environ.get("AGN_JAX_SLOW"))
+    self.slowdown = slow.seconds if slow and slow.worker == index else 0.0
     # Payload bytes as sent, this process' (`summary.json` sums them).
     self.bytes_committed = 0
     self.bytes_pulled = 0
@@ -140,17 +156,17 @@ class _Worker:
     # A fresh buffer per pull: the device array may alias host memory on CPU.
     return clock, jnp.asarray(buffer)
 
-  def _push(self, payload, clock, window) -> bool:
+  def _push(self, payload, clock, window, local_updates) -> bool:
     """Commits the payload, waiting for room; False if stopped first.
 
     `window` is `_window_metrics`' `(loss, accuracy, start, end,
-    step_accuracy)`. The transport takes the whole payload before the commit
-    is queued: a worker that dies meanwhile leaves nothing the server would
-    apply.
+    step_accuracy)`, `local_updates` its local steps. The transport takes
+    the whole payload before the commit is queued: a worker that dies
+    meanwhile leaves nothing the server would apply.
     """
     loss, accuracy, start, end, step_accuracy = window
     meta = CommitMeta(self.index, clock, loss, accuracy, end, start,
-                      step_accuracy)
+                      step_accuracy, local_updates)
     # A finished window is still committed after a stop, unless the commit
     # queue stays full (the server may be gone).
     while not self.transport.commit(payload, meta, timeout=_POLL_SECONDS):
@@ -187,7 +203,11 @@ class _Worker:
     start, stop = shard_bounds(len(x), n, index)
     x_shard, y_shard = x[start:stop], y[start:stop]
     lam, batch = config.communication_window, config.batch_size
-    num_windows = windows_per_worker(len(x), n, config.epochs, lam, batch)
+    # The share in local steps: whole windows of λ, with or without Dynamic
+    # Local Updates (which cut it into windows of λ_k, the last shorter).
+    share_steps = windows_per_worker(len(x), n, config.epochs, lam,
+                                     batch) * lam
+    dynamic = config.dynamic_local_updates
     sampler = BatchSampler(len(x_shard),
                            np.random.default_rng([config.seed, index]))
     fns = worker_functions(strategy, loss_fn, layout)
@@ -198,23 +218,28 @@ class _Worker:
       # load the executables instead of compiling the same kernels n times.
       if index != 0:
         self._wait_for("compiled")
-      self._warm_up(fns, jnp, x_shard, y_shard, lam, batch)
+      self._warm_up(fns, jnp, x_shard, y_shard, lam, batch, dynamic)
       self.switches.set("compiled")
       self.timeline["compiled"] = time.time()
       ctx.events.put(events.WorkerReady(time.time(), index, self.incarnation,
                                         self.timeline))
       base = self._start()
     except _Stopped:
-      self._finish(self.transport.acknowledged(index), None)
+      self._finish(self.transport.acknowledged(index), None,
+                   self.transport.window_plan(index).steps_done
+                   if dynamic else None)
       return
 
-    sampler.skip(base * lam * batch)  # The rest of this worker's share.
+    plan = self.transport.window_plan(index) if dynamic else WindowPlan()
+    done = plan.steps_done if dynamic else base * lam
+    sampler.skip(done * batch)  # The rest of this worker's share.
     clock, center = self._pull(jnp, base)
     state = fns.init(center)
     started = time.time()
     commits = base
     rejected_in_a_row = 0
-    for window in range(base, num_windows):
+    window = base
+    while done < share_steps:
       if self._stopping():
         break
       if self.fault and window == self.fault.window:
@@ -228,22 +253,39 @@ class _Worker:
           # state and so the commit all turn non-finite.
           state = state._replace(
               params=jax.tree.map(lambda p: p * np.nan, state.params))
-      idx = sampler.take(lam * batch)
-      batches = (x_shard[idx].reshape(lam, batch, -1),
-                 y_shard[idx].reshape(lam, batch))
+      steps = min(plan.local_updates or lam, share_steps - done)
+      idx = sampler.take(steps * batch)
+      batches = (x_shard[idx].reshape(steps, batch, -1),
+                 y_shard[idx].reshape(steps, batch))
       started_window = time.time()
-      result = fns.kernel(state.params, state.opt_state, batches)
+      if dynamic:
+        # Padded to λ steps: one kernel for every length; the padding is
+        # never read.
+        batches = tuple(np.concatenate([b, np.zeros(
+            (lam - steps,) + b.shape[1:], b.dtype)]) for b in batches)
+        state = fns.begin(state, np.int32(steps))
+        result = fns.kernel(state.params, state.opt_state, batches,
+                            np.int32(steps))
+      else:
+        result = fns.kernel(state.params, state.opt_state, batches)
       state = state._replace(params=result.params, opt_state=result.opt_state)
-      window_metrics = _window_metrics(jnp, result.metrics, started_window)
+      if self.slowdown:
+        time.sleep(self.slowdown * steps)  # A test's slow worker.
+      window_metrics = _window_metrics(jnp, result.metrics, started_window,
+                                       steps)
       if strategy.pull_before_commit:
         clock, center = self._pull(jnp, commits)
       payload, state, accepted = fns.commit(state, center)
       payload, accepted = tuple(np.asarray(v) for v in payload), bool(accepted)
-      if not self._push(payload, clock, window_metrics):
+      if not self._push(payload, clock, window_metrics, steps):
         break
       commits += 1
+      done += steps
+      window += 1
       if strategy.pulls_after_commit(accepted):
         clock, center = self._pull(jnp, commits)
+      if dynamic:  # Planned before the acknowledgement `_pull` waited for.
+        plan = self.transport.window_plan(index)
       rejected_in_a_row = 0 if accepted else rejected_in_a_row + 1
       if rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
         raise Diverged(
@@ -251,9 +293,9 @@ class _Worker:
             f"rejected, each from a fresh start at the center (lower "
             f"--learning_rate?)")
       state = fns.receive(state, center, accepted)
-    self._finish(commits, started)
+    self._finish(commits, started, done)
 
-  def _warm_up(self, fns, jnp, x, y, lam, batch):
+  def _warm_up(self, fns, jnp, x, y, lam, batch, dynamic):
     """Compiles every jitted piece, or loads it from the cache, without training.
 
     The window kernel is compiled ahead of time rather than run: a run on
@@ -266,15 +308,23 @@ class _Worker:
     state = fns.init(center)
     batches = (jax.ShapeDtypeStruct((lam, batch) + x.shape[1:], x.dtype),
                jax.ShapeDtypeStruct((lam, batch) + y.shape[1:], y.dtype))
-    fns.kernel.lower(state.params, state.opt_state, batches).compile()
+    if dynamic:
+      state = fns.begin(state, np.int32(lam))
+      fns.kernel.lower(state.params, state.opt_state, batches,
+                       jax.ShapeDtypeStruct((), np.int32)).compile()
+    else:
+      fns.kernel.lower(state.params, state.opt_state, batches).compile()
     _, state, _ = fns.commit(state, center)
     state = fns.receive(state, center, True)
     jax.block_until_ready(fns.receive(state, center, False))
 
-  def _finish(self, commits, started: Optional[float]):
-    """Reports this worker's share done: `commits` counts all its commits in the run."""
+  def _finish(self, commits, started: Optional[float],
+              steps: Optional[int] = None):
+    """Reports this worker's share done: `commits` counts all its commits in the run, `steps` their local steps (None: λ each)."""
     config = self.ctx.config
-    samples = commits * config["communication_window"] * config["batch_size"]
+    if steps is None:
+      steps = commits * config["communication_window"]
+    samples = steps * config["batch_size"]
     stats = {
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "started": started,
