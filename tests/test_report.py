@@ -59,15 +59,24 @@ def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
   # The gap cell: n = 40 has the most workers; λ = 40 leaves 60,000 × 10 /
   # (128 × 40 × 40) = 2.9 windows a worker, below 5; λ = 10 leaves 11.7.
   assert p.gap_cell == (40, 10)
-  assert sorted(r.variant for r in ablation if r.cell == (40, 10)) == [
-      "alpha0.05", "alpha0.5"]
+  assert sorted((r.strategy, r.variant) for r in ablation
+                if r.cell == (40, 10)) == [
+                    ("aeasgd", "alpha0.05"), ("aeasgd", "alpha0.5"),
+                    ("agn", "lognormal"), ("agn", "random"),
+                    ("agn", "round_robin")]
   backends = {r.variant: design._parsed(r.argv()).backend for r in ablation}
   assert backends["processes"] == "processes"
   assert backends["round_robin"] == backends["random"] == "simulated"
-  # At the stated rate (7.5 minutes a 2.4 M-sample run) it fits 100 minutes.
+  # Samples by hand: 10 grid runs of 2.4 M, DOWNPOUR 2 × 5 epochs, the
+  # ablation's 12 runs and DiLoCo's one of 10 epochs each.
   from experiments.report import main
   cost = design.cost(p, main.CPU_SECONDS_PER_SAMPLE)
-  assert cost["seconds"] <= 100 * 60
+  assert cost["runs"] == 10 + 2 + 12 + 1
+  assert cost["samples"] == pytest.approx(10 * 2.4e6 + 2 * 0.3e6 +
+                                          13 * 0.6e6)
+  # This machine's measured rate, 470 s a 2.4 M-sample run: the estimate is
+  # 106 minutes, over the issue's 100 (the README says so).
+  assert cost["seconds"] / 60 == pytest.approx(106, abs=1)
 
 
 def test_paper_preset_is_the_whole_grid_with_three_seeds():
@@ -78,7 +87,7 @@ def test_paper_preset_is_the_whole_grid_with_three_seeds():
   assert all("--platform=gpu" in r.flags for r in grid)
 
 
-@pytest.mark.parametrize("name", ["cpu", "paper", "quick"])
+@pytest.mark.parametrize("name", ["cpu", "paper", "quick", "beyond"])
 def test_every_cell_of_every_preset_has_at_least_five_windows(name):
   p = design.preset(name)
   for r in p.runs:
@@ -88,6 +97,81 @@ def test_every_cell_of_every_preset_has_at_least_five_windows(name):
     assert design.windows_per_worker(r, p.train_examples,
                                      p.batch_size()) == \
         steps // r.communication_window
+
+
+def test_beyond_preset_is_the_issue_s_section_at_the_full_budget():
+  p = design.preset("beyond")
+  runs = p.section_runs(design.BEYOND)
+  # Two cells × (AGN, AEASGD, AGN + DN, AGN + DyLU), and three codecs.
+  assert len(runs) == len(p.runs) == 2 * 4 + 3
+  assert {r.cell for r in runs} == {(40, 40), (40, 10)}
+  for r in runs:
+    assert r.epochs == 40 and p.train_examples == 60000
+    assert "--speed_model=lognormal:0.5" in r.flags
+    assert r.flags.index("--speed_model=lognormal:0.5") > 0  # After the flagfile.
+  for cell in ((40, 40), (40, 10)):
+    here = {(r.strategy, r.variant): r for r in runs if r.cell == cell}
+    assert {("agn", "plain"), ("aeasgd", "plain"), ("agn", "dn"),
+            ("agn", "dylu")} <= set(here)
+    dn = here[("agn", "dn")].flags
+    assert "--server_optimizer=delayed_nesterov" in dn
+    assert f"--server_every={cell[0]}" in dn
+    assert "--dynamic_local_updates" in here[("agn", "dylu")].flags
+  codecs = [r for r in runs if r.variant not in ("plain", "dn", "dylu")]
+  assert {r.cell for r in codecs} == {(40, 40)}
+  assert sorted(f for r in codecs for f in r.flags
+                if f.startswith("--commit_compression=")) == [
+                    "--commit_compression=bf16", "--commit_compression=int8",
+                    "--commit_compression=topk:0.1"]
+
+
+def _figures(test_accuracy):
+  return results_lib.Figures(None, test_accuracy, None, None, "simulated",
+                             np.zeros(0, np.int64), 0.0, "converged")
+
+
+def test_beyond_verdicts_follow_their_rules():
+  from experiments.report.sections import beyond
+  plain = _figures(0.975)
+  # DN: at least plain AGN's − 0.5 points and E test ≥ 1.
+  assert beyond.verdict("dn", "agn", _figures(0.971), plain,
+                        {"test": 1.0}) == "supported"
+  assert beyond.verdict("dn", "agn", _figures(0.969), plain,
+                        {"test": 1.2}) == "not supported"
+  assert beyond.verdict("dn", "agn", _figures(0.99), plain,
+                        {"test": 0.99}) == "inconclusive"
+  # DyLU: E test > 1 on modeled time, accuracy not 0.5 points below.
+  assert beyond.verdict("dylu", "agn", _figures(0.975), plain,
+                        {"test": 1.01}) == "supported"
+  assert beyond.verdict("dylu", "agn", _figures(0.98), plain,
+                        {"test": 0.99}) == "not supported"
+  # AEASGD: the paper's E(AGN, AEASGD) is the inverse of E(AEASGD, AGN).
+  assert beyond.verdict("plain", "aeasgd", _figures(0.9), plain,
+                        {"train": 0.8}) == "supported"
+  assert beyond.verdict("plain", "aeasgd", _figures(0.9), plain,
+                        {"train": 1.25}) == "not supported"
+  assert beyond.verdict("dn", "agn", None, plain, {}).startswith(
+      "inconclusive")
+  # A codec: within one point of uncompressed AGN.
+  assert beyond.codec_verdict(_figures(0.966), plain) == "supported"
+  assert beyond.codec_verdict(_figures(0.964), plain) == "not supported"
+
+
+def test_a_beyond_study_without_runs_reports_only_its_section(tmp_path):
+  p = design.preset("beyond")
+  books = runner.Study(str(tmp_path / "study"))
+  path = sections.write(sections.Context.build(
+      p, books, str(tmp_path / "out"), ("thesis", 5.0)))
+  with open(path) as f:
+    text = f.read()
+  titles = re.findall(r"^## (.*)$", text, re.M)
+  assert titles == ["Beyond the paper: Delayed Nesterov, Dynamic Local "
+                    "Updates and compressed commits", "Compute ledger"]
+  assert "**Runs:** 0 of 11 completed" in text
+  # Every method row and codec row waits for its runs.
+  assert text.count("inconclusive (not run yet)") == 2 * 3 + 3
+  ledger = section(text, "Compute ledger")
+  assert "| beyond | 0 of 11 |" in ledger and "| grid |" not in ledger
 
 
 def test_quick_preset_counts_the_digits_it_trains_on():
@@ -160,6 +244,11 @@ def study(tmp_path_factory):
   return study_dir, output_dir, text
 
 
+def ablation_text(variant):
+  from experiments.report.sections import ablation
+  return ablation.ORDER_TEXT[variant]
+
+
 def summary(study_dir, section_name, name):
   with open(os.path.join(study_dir, section_name, name, "summary.json")) as f:
     return json.load(f)
@@ -228,6 +317,16 @@ def test_sections_use_the_runs_they_name(study):
                if line.startswith(f"| {alpha:g} ") or
                line.startswith(f"| {alpha:g} ("))
     assert f"{100 * gap['final_test_accuracy']:.2f} %" in row
+  # AGN's commit order at the gap cell.
+  for variant, speeds in (("round_robin", "constant"),
+                          ("random", design.RANDOM_SPEEDS),
+                          ("lognormal", "lognormal:0.5")):
+    agn = summary(study_dir, "ablation", f"agn-n4-l4-s0-{variant}")
+    assert agn["config"]["speed_model"] == speeds
+    row = next(line for line in section(text, "The ablation").splitlines()
+               if line.startswith("| " + ablation_text(variant) + " |")
+               and line.count("|") == 3)
+    assert f"{100 * agn['final_test_accuracy']:.2f} %" in row
   nesterov = summary(study_dir, "diloco", "agn-n2-l2-s0-nesterov")
   assert nesterov["config"]["server_optimizer"] == "nesterov"
   assert nesterov["config"]["server_learning_rate"] == pytest.approx(0.35)
@@ -243,6 +342,40 @@ def test_sections_use_the_runs_they_name(study):
     assert os.path.getsize(os.path.join(output_dir, name)) > 1000, name
     assert f"]({name})" in text
   assert "## Compute ledger" in text
+
+
+@pytest.mark.slow
+def test_the_beyond_section_rows_come_from_its_runs(study):
+  study_dir, output_dir, text = study
+  part = section(text, "Beyond the paper")
+  plain = summary(study_dir, "beyond", "agn-n4-l2-s0-plain")
+  dn = summary(study_dir, "beyond", "agn-n4-l2-s0-dn")
+  dylu = summary(study_dir, "beyond", "agn-n4-l2-s0-dylu")
+  aeasgd = summary(study_dir, "beyond", "aeasgd-n4-l2-s0-plain")
+  int8 = summary(study_dir, "beyond", "agn-n4-l2-s0-int8")
+  for s in (plain, dn, dylu, aeasgd, int8):
+    assert s["config"]["speed_model"] == design.HETEROGENEOUS_SPEEDS
+  assert dn["config"]["server_optimizer"] == "delayed_nesterov"
+  assert dn["config"]["server_every"] == 4
+  assert dylu["config"]["dynamic_local_updates"] is True
+  assert int8["config"]["commit_compression"] == "int8"
+  rows = part.splitlines()
+  for label, s in (("| AGN |", plain), ("| AGN + Delayed Nesterov |", dn),
+                   ("| AGN + Dynamic Local Updates", dylu),
+                   ("| AEASGD |", aeasgd)):
+    row = next(line for line in rows if line.startswith(label))
+    assert f"{100 * s['final_test_accuracy']:.2f} %" in row, label
+  # The codec's bytes against uncompressed AGN's, and its verdict, by hand.
+  row = next(line for line in rows if line.startswith("| int8 |"))
+  ratio = int8["bytes_committed"] / plain["bytes_committed"]
+  assert ratio < 0.3
+  assert f"| {ratio:.3f} |" in row
+  close = abs(int8["final_test_accuracy"] -
+              plain["final_test_accuracy"]) <= 0.01
+  assert row.endswith("| supported |" if close else "| not supported |")
+  for name in ("beyond-methods.png", "beyond-codecs.png"):
+    assert os.path.getsize(os.path.join(output_dir, name)) > 1000, name
+    assert f"]({name})" in part
 
 
 @pytest.mark.slow

@@ -23,13 +23,24 @@ from experiments.report import thesis
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "configs")
-PRESETS = ("quick", "cpu", "paper")
+PRESETS = ("quick", "cpu", "paper", "beyond")
 REFERENCE, BASELINE = "agn", "aeasgd"
 # Sections that own runs.
 GRID, DOWNPOUR, ABLATION, DILOCO = "grid", "downpour", "ablation", "diloco"
+# Methods after the paper (issue: beyond the paper), under heterogeneous speeds.
+BEYOND = "beyond"
+HETEROGENEOUS_SPEEDS = "lognormal:0.5"
+# The beyond section's variants: plain AGN and AEASGD, DN (its N is
+# the cell's n: one momentum update per n commits) and DyLU.
+PLAIN, DN, DYLU = "plain", "dn", "dylu"
+# Its codecs, beside the plain AGN run (no compression) of the first cell.
+CODECS = ("bf16", "int8", "topk:0.1")
 # The ablation's variants at its cell: how commits are ordered, and α.
 ROUND_ROBIN, RANDOM, PROCESSES = "round_robin", "random", "processes"
 RANDOM_SPEEDS = "random:0.5"
+# Each worker's own speed for the whole run (not redrawn per window): a fast
+# worker finishes its share early, and the last commits come from few.
+LOGNORMAL, LOGNORMAL_SPEEDS = "lognormal", HETEROGENEOUS_SPEEDS
 # AEASGD's α = ρη beside the thesis' 0.05 (η = 0.01): dist-keras' default
 # η = 0.1, so α = 0.5.
 ALPHA_VARIANT = 0.5
@@ -222,6 +233,14 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   gap = gap_cell(cells, ablation_epochs, train_examples,
                  int(_flag_value(base, "batch_size")))
   if gap is not None:
+    # AGN's commit order there too: the cell of the grid where AGN parts
+    # furthest from the thesis in the committed study (n/λ = 4).
+    gap_orders = dict(order, **{LOGNORMAL: (
+        f"--speed_model={LOGNORMAL_SPEEDS}",)})
+    for variant in (ROUND_ROBIN, RANDOM, LOGNORMAL):
+      runs.append(RunSpec(ABLATION, REFERENCE, *gap, 0, ablation_epochs,
+                          base + ablation_flags + gap_orders[variant],
+                          variant))
     for eta in (None, ALPHA_VARIANT / 5):
       runs.append(RunSpec(
           ABLATION, BASELINE, *gap, 0, ablation_epochs,
@@ -245,6 +264,45 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                 ablation_cell, layers, platform, gap)
 
 
+def beyond_runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
+                epochs: float, codecs: Sequence[str] = CODECS
+                ) -> Tuple[RunSpec, ...]:
+  """The beyond section's runs: AGN, AGN + DN, AGN + DyLU and AEASGD per cell.
+
+  Every run draws each worker's speed from `lognormal(0.5)` (the same draws
+  for one seed), at the grid's full per-run budget. DN is Delayed Nesterov
+  (Liu, Douillard et al. 2024) at DiLoCo's outer settings, lr 0.7 and
+  momentum 0.9, updating its momentum once per n commits; DyLU gives each
+  worker a window proportional to its speed. AGN then runs with each codec
+  at the first cell. DyLU's runs come last.
+
+  >>> [r.name for r in beyond_runs((), [(4, 2)], 1.0, ("int8",))]
+  ['agn-n4-l2-s0-plain', 'aeasgd-n4-l2-s0-plain', 'agn-n4-l2-s0-dn', \
+'agn-n4-l2-s0-int8', 'agn-n4-l2-s0-dylu']
+  """
+  speeds = base + (f"--speed_model={HETEROGENEOUS_SPEEDS}",)
+  runs, dylu = [], []
+  for n, l in cells:
+    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs, speeds, PLAIN))
+    runs.append(RunSpec(BEYOND, BASELINE, n, l, 0, epochs, speeds, PLAIN))
+    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs, speeds + (
+        "--server_optimizer=delayed_nesterov", "--server_learning_rate=0.7",
+        "--server_momentum=0.9", f"--server_every={n}"), DN))
+    dylu.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs,
+                        speeds + ("--dynamic_local_updates",), DYLU))
+  n, l = cells[0]
+  for codec in codecs:
+    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs,
+                        speeds + (f"--commit_compression={codec}",),
+                        codec_variant(codec)))
+  return tuple(runs + dylu)
+
+
+def codec_variant(codec: str) -> str:
+  """A codec's run variant: its name without the colon (`topk:0.1` -> `topk0.1`)."""
+  return codec.replace(":", "")
+
+
 def preset(name: str) -> Preset:
   """The preset's study.
 
@@ -252,10 +310,13 @@ def preset(name: str) -> Preset:
     MLP, batch 128, 40 epochs a run, AGN against AEASGD over the whole 7 × 7
     grid with 3 seeds, the simulator on the paper's cluster model, for one
     GPU.
-  * `cpu`: what this 2-core CPU finishes in about 100 minutes: the same
+  * `cpu`: what this 2-core CPU finishes in about 106 minutes: the same
     settings at five cells of the grid, one seed.
-  * `quick`: a shrink on scikit-learn's digits for tests (seconds); it says
-    nothing about the paper.
+  * `beyond`: Delayed Nesterov, Dynamic Local Updates and compressed
+    commits beside AGN and AEASGD under heterogeneous speeds, at two cells
+    of the grid at the full budget (`beyond_runs`), on this CPU.
+  * `quick`: a shrink on scikit-learn's digits for tests (seconds), with
+    the beyond section's runs at one cell; it says nothing about the paper.
 
   Raises:
     ValueError: for another name.
@@ -279,12 +340,24 @@ def preset(name: str) -> Preset:
         [(40, 40), (10, 10), (10, 40), (25, 25), (40, 10)], 1, 40.0,
         (10, 20), 5.0, (10, 10), 10.0, grid, thesis.COMMUNICATION_WINDOWS,
         60000, 4)
+  if name == "beyond":
+    cells = ((40, 40), (40, 10))
+    return Preset(
+        name, "methods after the paper (Delayed Nesterov, Dynamic Local "
+        "Updates, compressed commits) beside AGN and AEASGD under "
+        f"`--speed_model={HETEROGENEOUS_SPEEDS}`, at two cells of the paper's "
+        "grid at its full budget, one seed, on this CPU",
+        beyond_runs(paper_base, cells, 40.0), (40,), (10, 40), 1, 60000,
+        cells[0], 4)
   if name == "quick":
-    return _grid_and_extras(
+    quick_base = (flagfile("report_quick.flags"),)
+    p = _grid_and_extras(
         name, "a shrink on scikit-learn's digits for tests; it says nothing "
-        "about the paper", (flagfile("report_quick.flags"),),
+        "about the paper", quick_base,
         [(2, 2), (2, 4), (4, 4)], 1, 4.0, (2, 4), 1.0, (2, 2), 2.0, (2, 4),
         (2, 4), 1438, 2)
+    return p._replace(runs=p.runs + beyond_runs(quick_base, [(4, 2)], 4.0,
+                                                ("int8",)))
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")
 
 

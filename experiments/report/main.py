@@ -21,23 +21,26 @@ from experiments.report import sections
 
 FLAGS = flags.FLAGS
 PROGRAM = "report"
-RUN_SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO)
+RUN_SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO,
+                design.BEYOND)
 # Seconds per training sample of the paper MLP on the simulated backend,
-# measured on this 2-core CPU (about 7.5 minutes a 2.4 M-sample run); the
-# estimate before a study has completed runs of its own.
-CPU_SECONDS_PER_SAMPLE = 450 / 2.4e6
+# measured on this 2-core CPU (an Intel Xeon: 470 s a 2.4 M-sample run at
+# n = λ = 40); the estimate before a study has completed runs of its own.
+CPU_SECONDS_PER_SAMPLE = 470 / 2.4e6
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum("preset", "cpu", list(design.PRESETS),
-                    "The study: cpu (this CPU, ~100 min), paper (the full "
-                    "grid, 3 seeds, one GPU) or quick (seconds, for tests).",
+                    "The study: cpu (this CPU, ~106 min), paper (the full "
+                    "grid, 3 seeds, one GPU), beyond (methods after the "
+                    "paper, this CPU, ~2 h) or quick (seconds, for tests).",
                     flag_values=flag_values)
   flags.DEFINE_string("study_dir", None, "Where the runs go (default: "
                       "runs/report-<preset>). Running the same command again "
                       "resumes the study.", flag_values=flag_values)
   flags.DEFINE_string("output_dir", None, "Where REPORT.md and its plots go "
-                      "(default: experiments/results, or <study_dir>/results "
+                      "(default: experiments/results, experiments/results/"
+                      "beyond for --preset=beyond, or <study_dir>/results "
                       "for --preset=quick).", flag_values=flag_values)
   flags.DEFINE_string("paper_study_dir", os.path.join("runs", "report-paper"),
                       "A --preset=paper study whose grid the report shows "
@@ -68,7 +71,8 @@ def main(argv):
   study_dir = FLAGS.study_dir or os.path.join("runs", f"report-{p.name}")
   output_dir = FLAGS.output_dir or (
       os.path.join(study_dir, "results") if p.name == "quick" else
-      os.path.join("experiments", "results"))
+      os.path.join("experiments", "results", "beyond") if p.name == "beyond"
+      else os.path.join("experiments", "results"))
   if os.path.lexists(study_dir) and not os.path.isdir(study_dir):
     flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} is a file",
                               status=2)

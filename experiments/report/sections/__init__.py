@@ -118,6 +118,19 @@ def _relative(argv: Sequence[str]) -> List[str]:
   return out
 
 
+BEYOND_REPORT = os.path.join("beyond", "REPORT.md")
+
+
+def _beyond_link(ctx: Context) -> List[str]:
+  """A line pointing to the beyond study's report beside this one, if written."""
+  if not os.path.isfile(os.path.join(ctx.output_dir, BEYOND_REPORT)):
+    return []
+  return ["Methods after the paper (Delayed Nesterov, Dynamic Local Updates, "
+          "compressed commits) beside AGN and AEASGD under heterogeneous "
+          f"speeds: [{BEYOND_REPORT}]({BEYOND_REPORT}) "
+          "(`python -m experiments.report --preset=beyond`).", ""]
+
+
 def write(ctx: Context) -> str:
   """Writes REPORT.md and its plots into `ctx.output_dir`; returns its path."""
   # pylint: disable=g-import-not-at-top
@@ -130,19 +143,28 @@ def write(ctx: Context) -> str:
   from experiments.report.sections import ledger
   from experiments.report.sections import paper
   from experiments.report.sections import staleness
+  from experiments.report.sections import beyond
   # pylint: enable=g-import-not-at-top
   os.makedirs(ctx.output_dir, exist_ok=True)
   p = ctx.preset
-  lines = ["# Reproducing *Accumulated Gradient Normalization* "
-           "(Hermans et al., ACML 2017)", ""]
+  title = ("# Beyond *Accumulated Gradient Normalization*: methods after "
+           "the paper, in the same harness" if p.name == "beyond" else
+           "# Reproducing *Accumulated Gradient Normalization* "
+           "(Hermans et al., ACML 2017)")
+  lines = [title, ""]
   lines += [f"Written by `{ctx.command}` on {time.strftime('%Y-%m-%d')} from "
             f"the runs in `{ctx.study.dir}`: preset **{p.name}**, "
             f"{p.description}."
             + (" **This is the test's shrink; it says nothing about the "
                "paper.**" if p.name == "quick" else ""), ""]
-  lines += claims.render(ctx)
-  for section in (grid, paper, ablation, staleness, downpour, heuristic,
-                  diloco, ledger):
+  if p.name == "beyond":
+    order = (beyond, ledger)
+  else:
+    lines += claims.render(ctx)
+    order = (grid, paper, ablation, staleness, downpour, heuristic, diloco,
+             beyond, ledger)
+    lines += _beyond_link(ctx)
+  for section in order:
     lines += section.render(ctx)
   path = os.path.join(ctx.output_dir, "REPORT.md")
   sweep_lib.write_report(path, "\n".join(lines))

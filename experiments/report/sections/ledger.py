@@ -6,7 +6,8 @@ from experiments.report import design
 from experiments.report import runner
 from experiments.report.sections import Context, duration, table
 
-SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO)
+SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO,
+            design.BEYOND)
 
 
 def cpu_text(seconds: float, partial: bool) -> str:
@@ -22,6 +23,8 @@ def render(ctx: Context) -> List[str]:
   rows, total, any_partial = [], [0, 0, 0.0, 0.0, 0.0], False
   for section in SECTIONS:
     specs = ctx.preset.section_runs(section)
+    if not specs:
+      continue
     entries = [ledger.get(f"{s.section}/{s.name}") for s in specs]
     done = sum(ctx.results.get(s) is not None for s in specs)
     samples = sum(ctx.preset.samples(s) for s in specs
