@@ -113,7 +113,7 @@ def _agn_select(inner, window):
     delta = jax.tree.map(sel, delta_c, state.delta)
     count = jnp.where(commit_now, 0, state.count + 1).astype(jnp.int32)
     return new_updates, transform.AGNState(inner_state, anchor, count, delta,
-                                                  state.window)
+                                           state.window)
 
   return optax.GradientTransformation(init_fn, update_fn)
 
