@@ -403,6 +403,12 @@ def test_rerunning_runs_nothing_and_rewrites_the_report(study):
   assert "0 not started" in result.stdout
   assert runner.Study(study_dir).ledger == before
   assert os.path.isfile(os.path.join(output_dir, "REPORT.md"))
+  # The books keep the command that ran the study, and the report names it.
+  command = (f"python -m experiments.report --preset=quick --study_dir="
+             f"{study_dir} --output_dir={output_dir}")
+  assert runner.Study(study_dir).data["command"] == command
+  with open(os.path.join(output_dir, "REPORT.md")) as f:
+    assert f"Written by `{command}`" in f.read()
 
 
 @pytest.mark.slow

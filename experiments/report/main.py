@@ -97,7 +97,8 @@ def main(argv):
   failures = []
   if not FLAGS.report_only:
     study.data["preset"] = p.name
-    study.data.setdefault("command", command)
+    if not study.data.get("command"):  # The books start with None.
+      study.data["command"] = command
     study.save()
     rate = runner.seconds_per_sample(study) or (
         CPU_SECONDS_PER_SAMPLE if p.platform in (None, "cpu") else None)

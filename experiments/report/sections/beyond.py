@@ -200,8 +200,11 @@ def render(ctx: Context) -> List[str]:
             f"in every run of a seed), {budget:g} epochs a run, split over "
             "the n workers in equal shares, for every method: the same data "
             "budget and the same time base (the simulator's modeled time). "
-            "With DyLU a slower worker runs its "
-            "share in more, shorter windows. E is against "
+            "With DyLU a slower worker runs its share in more, shorter "
+            "windows, and each window's commit costs its message time "
+            "again: here every worker keeps its equal share (the thesis' "
+            "partitioning), unlike Liu et al.'s shared data stream, where a "
+            "fast worker also takes more of the data. E is against "
             "plain AGN of the same cell (E(method, AGN); AEASGD's row gives "
             "E(AEASGD, AGN), whose inverse is the paper's E).",
             "- **DN:** `--server_optimizer=delayed_nesterov "
