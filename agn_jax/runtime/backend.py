@@ -159,6 +159,16 @@ class Backend(abc.ABC):
   def wind_down(self, seconds: float) -> None:
     """After an interrupt: workers finish their window, the server its final checkpoint."""
 
+  def settle(self, seconds: float) -> None:
+    """After a failure: takes in what the parts sent before it, for `seconds` at most.
+
+    A worker counts its own rejected commits and can fail on the third
+    before the server's events about them have come through the queue; the
+    failure's summary counts them all the same. Best effort: nothing here
+    raises.
+    """
+    del seconds
+
   @abc.abstractmethod
   def final_center(self) -> Optional[np.ndarray]:
     """The center at the end, flat float32."""
@@ -460,6 +470,19 @@ class ServerBackend(Backend):
     return final is not None and (
         time.time() - final.time > GRACE_SECONDS or
         not any(worker_of(role) is not None for role in self.running))
+
+  def settle(self, seconds):
+    if not self.book.owns_files:
+      return
+    deadline = time.monotonic() + seconds
+    while True:
+      try:
+        self._drain()
+      except Exception:  # pylint: disable=broad-except
+        pass  # Another part's failure: the run already ends in its own.
+      if time.monotonic() >= deadline:
+        return
+      time.sleep(0.05)
 
   def _drain(self):
     for event in self._take_events():

@@ -26,6 +26,10 @@ Progress = Callable[[Dict[str, object]], None]
 # After Ctrl-C / SIGTERM: time for the workers' last windows, the final
 # checkpoint and evaluation, so that the whole run ends within 10 s.
 _WIND_DOWN_SECONDS = 5.0
+# After a failure, how long the books take in the events already on their
+# way (a worker counts its own rejected commits and can fail on the third
+# before the server's events about them are in).
+_SETTLE_SECONDS = 0.5
 
 
 def _raise_interrupt(signum, frame):
@@ -164,7 +168,9 @@ def _execute(run: backend_lib.Backend, book: RunBook, dataset):
       book.write_summary(interrupted=True)
     raise
   except Exception as e:
-    # Whatever ended it, summary.json says so with the counts so far.
+    # Whatever ended it, summary.json says so with the counts so far,
+    # the events already on their way included.
+    run.settle(_SETTLE_SECONDS)
     book.write_failure(" ".join(str(e).split()) or type(e).__name__)
     raise
   finally:
