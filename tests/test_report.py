@@ -130,26 +130,28 @@ def _figures(test_accuracy):
                              np.zeros(0, np.int64), 0.0, "converged")
 
 
-def test_beyond_verdicts_follow_their_rules():
+@pytest.mark.parametrize("variant, strategy, accuracy, e, expected", [
+    # DN: at least plain AGN's (97.5 %) − 0.5 points and E test ≥ 1.
+    ("dn", "agn", 0.971, {"test": 1.0}, "supported"),
+    ("dn", "agn", 0.969, {"test": 1.2}, "not supported"),
+    ("dn", "agn", 0.99, {"test": 0.99}, "inconclusive"),
+    # DyLU: E test > 1 on modeled time, accuracy not 0.5 points below.
+    ("dylu", "agn", 0.975, {"test": 1.01}, "supported"),
+    ("dylu", "agn", 0.98, {"test": 0.99}, "not supported"),
+    # AEASGD: the paper's E(AGN, AEASGD) is the inverse of E(AEASGD, AGN).
+    ("plain", "aeasgd", 0.9, {"train": 0.8}, "supported"),
+    ("plain", "aeasgd", 0.9, {"train": 1.25}, "not supported"),
+])
+def test_beyond_verdicts_follow_their_rules(variant, strategy, accuracy, e,
+                                            expected):
+  from experiments.report.sections import beyond
+  assert beyond.verdict(variant, strategy, _figures(accuracy),
+                        _figures(0.975), e) == expected
+
+
+def test_beyond_verdicts_of_missing_runs_and_codecs():
   from experiments.report.sections import beyond
   plain = _figures(0.975)
-  # DN: at least plain AGN's − 0.5 points and E test ≥ 1.
-  assert beyond.verdict("dn", "agn", _figures(0.971), plain,
-                        {"test": 1.0}) == "supported"
-  assert beyond.verdict("dn", "agn", _figures(0.969), plain,
-                        {"test": 1.2}) == "not supported"
-  assert beyond.verdict("dn", "agn", _figures(0.99), plain,
-                        {"test": 0.99}) == "inconclusive"
-  # DyLU: E test > 1 on modeled time, accuracy not 0.5 points below.
-  assert beyond.verdict("dylu", "agn", _figures(0.975), plain,
-                        {"test": 1.01}) == "supported"
-  assert beyond.verdict("dylu", "agn", _figures(0.98), plain,
-                        {"test": 0.99}) == "not supported"
-  # AEASGD: the paper's E(AGN, AEASGD) is the inverse of E(AEASGD, AGN).
-  assert beyond.verdict("plain", "aeasgd", _figures(0.9), plain,
-                        {"train": 0.8}) == "supported"
-  assert beyond.verdict("plain", "aeasgd", _figures(0.9), plain,
-                        {"train": 1.25}) == "not supported"
   assert beyond.verdict("dn", "agn", None, plain, {}).startswith(
       "inconclusive")
   # A codec: within one point of uncompressed AGN.

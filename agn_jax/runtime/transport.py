@@ -382,15 +382,17 @@ class SharedMemoryTransport(Transport):
     t._owner[:] = -1
     return t
 
+  # The views into the segments, per process (`close` drops them).
+  _VIEWS = ("_header", "_buffers", "_slots", "_acks", "_done", "_done_commits",
+            "_done_samples", "_plan_updates", "_plan_steps", "_owner",
+            "_phase", "_seq", "_clock", "_steps_count", "_local_updates",
+            "_floats", "_steps", "_next_seq")
+  _LOCKS = ("_center_lock", "_ring_lock")
+
   def __getstate__(self):
     # Mappings and descriptors are per process; a child re-attaches by name.
-    local = ("_center_seg", "_ring_seg", "_header", "_buffers", "_slots",
-             "_acks", "_done", "_done_commits", "_done_samples",
-             "_plan_updates", "_plan_steps", "_owner",
-             "_phase", "_seq", "_clock", "_steps_count", "_local_updates",
-             "_floats",
-             "_steps", "_next_seq",
-             "_center_lock", "_ring_lock", "_reported")
+    local = ("_center_seg", "_ring_seg", *self._VIEWS, *self._LOCKS,
+             "_reported")
     return {k: v for k, v in self.__dict__.items() if k not in local}
 
   def __setstate__(self, state):
@@ -634,13 +636,9 @@ class SharedMemoryTransport(Transport):
     return bool(self._done[worker])
 
   def close(self):
-    for attr in ("_header", "_buffers", "_slots", "_acks", "_done",
-                 "_done_commits", "_done_samples", "_plan_updates",
-                 "_plan_steps", "_owner", "_phase", "_seq", "_clock",
-                 "_steps_count", "_local_updates", "_floats", "_steps",
-                 "_next_seq"):
+    for attr in self._VIEWS:
       self.__dict__.pop(attr, None)
-    for attr in ("_center_lock", "_ring_lock"):
+    for attr in self._LOCKS:
       fd = self.__dict__.pop(attr, None)
       if fd is not None:
         os.close(fd)

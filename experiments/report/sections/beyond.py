@@ -24,11 +24,11 @@ SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = (
 POINTS = 0.005
 CODEC_POINTS = 0.01
 
-# (variant, label, the claim it tests: its rule's name).
+# (strategy, variant, label, the claim it tests: its rule's name).
 METHODS = (
-    (design.DN, "AGN + Delayed Nesterov", "DN"),
-    (design.DYLU, "AGN + Dynamic Local Updates", "DyLU"),
-    (design.PLAIN, "AEASGD", "AEASGD"),
+    (design.REFERENCE, design.DN, "AGN + Delayed Nesterov", "DN"),
+    (design.REFERENCE, design.DYLU, "AGN + Dynamic Local Updates", "DyLU"),
+    (design.BASELINE, design.PLAIN, "AEASGD", "AEASGD"),
 )
 CLAIMS = (
     ("DN", "Liu, Douillard et al. 2024: an outer Nesterov momentum that "
@@ -162,8 +162,7 @@ def method_rows(ctx: Context, cell: Tuple[int, int]) -> List[List[str]]:
            pct(plain and plain.train_accuracy),
            num(plain and plain.seconds, ".0f"), "1", "1", _staleness(plain),
            "–"]]
-  for variant, label, claim in METHODS:
-    strategy = design.BASELINE if label == "AEASGD" else design.REFERENCE
+  for strategy, variant, label, claim in METHODS:
     f = _one(ctx, strategy, cell, variant)
     e = (ctx.efficiency_of(f, plain) if f and plain else
          {"train": None, "test": None})
@@ -251,8 +250,7 @@ def _plot_methods(ctx: Context, shown: Sequence[Tuple[int, int]]
   panels = []
   for cell in shown:
     found = [("AGN", _one(ctx, design.REFERENCE, cell, design.PLAIN))]
-    for variant, label, _ in METHODS:
-      strategy = design.BASELINE if label == "AEASGD" else design.REFERENCE
+    for strategy, variant, label, _ in METHODS:
       found.append((label, _one(ctx, strategy, cell, variant)))
     found = [(label, f) for label, f in found if f is not None]
     if found:
