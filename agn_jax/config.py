@@ -364,6 +364,12 @@ class TrainConfig:
       True, "Write checkpoints (--nocheckpoints: none at all, and the run "
       "cannot be resumed; a simulated run's checkpoint holds every worker's "
       "state).")
+  checkpoint_at_end: bool = setting(
+      True, "Write a checkpoint when the run ends, which `--resume --epochs` "
+      "can extend (--nocheckpoint_at_end: a "
+      "run that ends writes only its periodic ones, and one on Ctrl-C or "
+      "SIGTERM; for runs nobody will resume, such as the report's, where a "
+      "simulated checkpoint of 40 workers takes half a minute).")
   max_worker_restarts: int = setting(
       3, "How many times dead workers are restarted, in total over all "
       "workers of one run (or of one --resume session), before the run "

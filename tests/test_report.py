@@ -55,10 +55,16 @@ def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
   assert design._parsed(downpour[0].argv()).strategy == "downpour"
   ablation = p.section_runs(design.ABLATION)
   assert {r.cell for r in ablation} == {(10, 10), (40, 10)}
-  assert {r.epochs for r in ablation} == {10.0}
-  # The gap cell: n = 40 has the most workers; λ = 40 leaves 60,000 × 10 /
-  # (128 × 40 × 40) = 2.9 windows a worker, below 5; λ = 10 leaves 11.7.
+  # The processes-vs-simulator cell at 10 epochs, the gap cell at 5.
+  assert {r.epochs for r in ablation if r.cell == (10, 10)} == {10.0}
+  assert {r.epochs for r in ablation if r.cell == (40, 10)} == {5.0}
+  # The gap cell: n = 40 has the most workers; λ = 40 leaves 60,000 × 5 /
+  # (128 × 40 × 40) = 1.5 windows a worker, below 5; λ = 10 leaves 5.9.
   assert p.gap_cell == (40, 10)
+  # AEASGD's α varies only there.
+  assert sorted(r.variant for r in ablation if r.cell == (10, 10)) == [
+      "processes", "processes", "random", "random", "round_robin",
+      "round_robin"]
   assert sorted((r.strategy, r.variant) for r in ablation
                 if r.cell == (40, 10)) == [
                     ("aeasgd", "alpha0.05"), ("aeasgd", "alpha0.5"),
@@ -67,16 +73,16 @@ def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
   backends = {r.variant: design._parsed(r.argv()).backend for r in ablation}
   assert backends["processes"] == "processes"
   assert backends["round_robin"] == backends["random"] == "simulated"
-  # Samples by hand: 10 grid runs of 2.4 M, DOWNPOUR 2 × 5 epochs, the
-  # ablation's 12 runs and DiLoCo's one of 10 epochs each.
+  # Samples by hand: 10 grid runs of 2.4 M, DOWNPOUR 2 × 5 epochs, six
+  # ablation runs and DiLoCo's one of 10 epochs, five gap runs of 5.
   from experiments.report import main
   cost = design.cost(p, main.CPU_SECONDS_PER_SAMPLE)
-  assert cost["runs"] == 10 + 2 + 12 + 1
+  assert cost["runs"] == 10 + 2 + 6 + 1 + 5
   assert cost["samples"] == pytest.approx(10 * 2.4e6 + 2 * 0.3e6 +
-                                          13 * 0.6e6)
-  # This machine's measured rate, 470 s a 2.4 M-sample run: the estimate is
-  # 106 minutes, over the issue's 100 (the README says so).
-  assert cost["seconds"] / 60 == pytest.approx(106, abs=1)
+                                          7 * 0.6e6 + 5 * 0.3e6)
+  # At this machine's measured rate the estimate is within the issue's 100
+  # minutes.
+  assert cost["seconds"] / 60 <= 100
 
 
 def test_paper_preset_is_the_whole_grid_with_three_seeds():
@@ -329,6 +335,14 @@ def test_sections_use_the_runs_they_name(study):
                if line.startswith("| " + ablation_text(variant) + " |")
                and line.count("|") == 3)
     assert f"{100 * agn['final_test_accuracy']:.2f} %" in row
+  # The claims' summary names the order that moved AGN most there.
+  acc = {v: summary(study_dir, "ablation", f"agn-n4-l4-s0-{v}")[
+      "final_test_accuracy"] for v in ("round_robin", "random", "lognormal")}
+  moved = {v: acc[v] - acc["round_robin"] for v in ("random", "lognormal")}
+  most = max(moved, key=lambda v: abs(moved[v]))
+  assert (f"AGN's test accuracy moves most with {ablation_text(most)}, by "
+          f"{100 * moved[most]:+.2f} points from the round robin") in section(
+              text, "The paper's claims")
   nesterov = summary(study_dir, "diloco", "agn-n2-l2-s0-nesterov")
   assert nesterov["config"]["server_optimizer"] == "nesterov"
   assert nesterov["config"]["server_learning_rate"] == pytest.approx(0.35)

@@ -138,8 +138,12 @@ def test_one_worker_agrees_with_the_processes_backend(tmp_path):
   # Both are optax.lookahead with one worker: the same math on two backends.
   centers, steps = {}, {}
   for backend in ("simulated", "processes"):
+    # No periodic checkpoint and none at the end: the run leaves none.
     train(_config(tmp_path, name=backend, backend=backend, num_workers=1,
-                  epochs=1.0, eval_every_seconds=0.0))
+                  epochs=1.0, eval_every_seconds=0.0,
+                  checkpoint_at_end=False))
+    assert not metrics_rows(tmp_path / backend, {"checkpoint"}), backend
+    assert not list((tmp_path / backend / "checkpoints").iterdir()), backend
     centers[backend] = np.load(tmp_path / backend / "center.npy")
     steps[backend] = [c["step_accuracy"] for c in
                       metrics_rows(tmp_path / backend, {"commit"})]
@@ -271,7 +275,8 @@ def test_ctrl_c_checkpoints_between_rounds_and_resume_finishes(tmp_path):
   args = [sys.executable, "-m", "experiments.train", "--backend=simulated",
           "--num_workers=4", "--communication_window=5", "--hidden_sizes=32",
           "--batch_size=16", "--epochs=100", "--eval_every_rounds=0",
-          f"--workdir={workdir}"]
+          # Ctrl-C checkpoints even where the end of a run would not.
+          "--nocheckpoint_at_end", f"--workdir={workdir}"]
   process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
   metrics = workdir / "metrics.jsonl"

@@ -539,11 +539,11 @@ class ServerBackend(Backend):
     transport.reclaim(w)  # A commit it was writing; a queued one stays.
     if self.switches.is_set("stop"):
       # Winding down: no restart; the server must not wait for this worker.
-      acked = transport.acknowledged(w)
-      steps = (transport.window_plan(w).steps_done
-               if self.config.dynamic_local_updates else
-               acked * self.config.communication_window)
-      done = ev.WorkerDone(w, acked, steps * self.config.batch_size, {})
+      config = self.config
+      steps = transport.steps_done(w, config.communication_window,
+                                   config.dynamic_local_updates)
+      done = ev.WorkerDone(w, transport.acknowledged(w),
+                           steps * config.batch_size, {})
       transport.finish(done)
       book.handle(done)
       return False

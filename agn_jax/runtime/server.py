@@ -237,7 +237,8 @@ class _Server:
             step_accuracy=events.step_values(meta.step_accuracy),
             local_updates=((meta.local_updates or config.communication_window)
                            if self.planner is not None else None)))
-      self._save(center, state, final=True)
+      if self.ctx.config["checkpoint_at_end"]:
+        self._save(center, state, final=True)
     finally:
       self.checkpointer.close()
     ctx.events.put(events.ServerDone(

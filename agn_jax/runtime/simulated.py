@@ -3,8 +3,8 @@
 This module only drives the engine round by round and hands what happens to
 the shared books, as events like the processes backend's: commits, rejected
 commits, evaluations of the center every `eval_every_rounds` rounds,
-checkpoints every `checkpoint_every_seconds` of wall time (and at the end,
-or on Ctrl-C / SIGTERM, between two rounds), each worker's end, the server's
+checkpoints every `checkpoint_every_seconds` of wall time (and at the end
+unless `--nocheckpoint_at_end`, or on Ctrl-C / SIGTERM, between two rounds), each worker's end, the server's
 end. Rows carry `sim_time` on the time model's clock (modeled seconds of
 `--cluster`, or local steps of a speed-1 worker for `--cluster=none`; see
 `agn_jax.cluster`) beside the wall-time fields, and a commit row its window's
@@ -167,7 +167,7 @@ class SimulatedBackend(backend_lib.Backend):
           saved_at = time.monotonic()
         if signals.received is not None:
           signals.raise_received()
-      self._finish()
+      self._finish(save=config.checkpoint_at_end)
 
   def _round(self):
     """`(records, when the round began)`."""
@@ -242,8 +242,13 @@ class SimulatedBackend(backend_lib.Backend):
     }
     return sim.center(), jax.tree.leaves(state["arrays"]), book_meta
 
-  def _finish(self):
-    """The end of the shares (or of the time): as the processes' workers, server and evaluator end."""
+  def _finish(self, save: bool = True):
+    """The end of the shares (or of the time): as the processes' workers, server and evaluator end.
+
+    Args:
+      save: whether to write the final checkpoint (always on Ctrl-C or
+        SIGTERM, through `wind_down`).
+    """
     if self.finished:
       return
     self.finished = True
@@ -254,7 +259,8 @@ class SimulatedBackend(backend_lib.Backend):
     for k, windows in enumerate(meta["windows_done"]):
       self.book.handle(ev.WorkerDone(
           k, windows, sim.steps_done(k) * config.batch_size, sim.traffic(k)))
-    self._save(final=True)
+    if save:
+      self._save(final=True)
     self.book.handle(ev.ServerDone(time.time(), sim.clock,
                                    meta["rejected_commits"],
                                    list(meta["windows_done"])))

@@ -212,6 +212,17 @@ class Transport(abc.ABC):
   def set_acknowledged(self, worker: int, count: int) -> None:
     """Server side, on resume: `worker` starts with `count` handled commits."""
 
+  def steps_done(self, worker: int, communication_window: int,
+                 dynamic_local_updates: bool) -> int:
+    """Local steps of `worker`'s handled commits over the run: where its share goes on.
+
+    With Dynamic Local Updates its windows differ in length, so the server
+    counts them (`WindowPlan.steps_done`); otherwise each is λ steps.
+    """
+    if dynamic_local_updates:
+      return self.window_plan(worker).steps_done
+    return self.acknowledged(worker) * communication_window
+
   @abc.abstractmethod
   def is_done(self, worker: int) -> bool:
     """Whether `worker` (or its supervisor on its behalf) called `finish`."""

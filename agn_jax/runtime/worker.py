@@ -226,12 +226,11 @@ class _Worker:
       base = self._start()
     except _Stopped:
       self._finish(self.transport.acknowledged(index), None,
-                   self.transport.window_plan(index).steps_done
-                   if dynamic else None)
+                   self.transport.steps_done(index, lam, dynamic))
       return
 
     plan = self.transport.window_plan(index) if dynamic else WindowPlan()
-    done = plan.steps_done if dynamic else base * lam
+    done = self.transport.steps_done(index, lam, dynamic)
     sampler.skip(done * batch)  # The rest of this worker's share.
     clock, center = self._pull(jnp, base)
     state = fns.init(center)

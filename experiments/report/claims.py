@@ -275,21 +275,30 @@ def _differences(ctx: Context, found: List[Claim]) -> List[str]:
   differing = [c for c in found if c.verdict == NOT_REPRODUCED]
   if not differing:
     return []
-  lines = ["Where we differ, the ablation (below) varies the likely causes "
-           "at one cell: "]
+  n, l = ctx.preset.ablation_cell
+  lines = ["Where we differ, the ablation (below) varies the likely causes. "
+           f"At n = {n}, λ = {l}: "]
   f = ablation.figures(ctx)
   said = []
   for key, what in (("e_train", "E train"), ("aeasgd", "AEASGD's accuracy")):
     v = ablation.largest_effect(f, key)
     if v is not None:
-      said.append(f"{what} moves most with `{v}`")
+      said.append(f"{what} moves most with {ablation.variant_text(v)}")
   lines[0] += ("; ".join(said) + "." if said else
                "no ablation run has completed yet.")
   gap = ablation.gap_figures(ctx)
   moved = ablation.gap_moved(gap)
-  if moved is not None:
+  order = ablation.largest_gap_order(gap)
+  if moved is not None or order is not None:
     n, l = gap["cell"]
-    lines[0] += (f" At n = {n}, λ = {l}, where many workers are expected to "
-                 f"widen the gap, α = {design.ALPHA_VARIANT:g} moves AEASGD's "
-                 f"test accuracy by {100 * moved:+.2f} points.")
+    lines[0] += f" At n = {n}, λ = {l}, where many workers widen the gap:"
+    if moved is not None:
+      lines[0] += (f" α = {design.ALPHA_VARIANT:g} moves AEASGD's test "
+                   f"accuracy by {100 * moved:+.2f} points")
+    if order is not None:
+      lines[0] += ((";" if moved is not None else "") +
+                   f" AGN's test accuracy moves most with "
+                   f"{ablation.variant_text(order[0])}, by "
+                   f"{100 * order[1]:+.2f} points from the round robin")
+    lines[0] += "."
   return lines + [""]

@@ -105,9 +105,10 @@ class Preset(NamedTuple):
     seeds: seeds per grid cell.
     train_examples: the dataset's training examples (for the cost).
     ablation_cell: the (n, λ) of the ablation and DiLoCo runs.
-    gap_cell: the (n, λ) where AEASGD runs again with both α at the
-      ablation's budget: the most workers, then the longest window, that
-      keeps `MIN_WINDOWS` windows a worker (see `gap_cell`).
+    gap_cell: the (n, λ) where AEASGD runs again with both α, and AGN
+      under three commit orders, at the gap's budget: the most workers, then
+      the longest window, that keeps `MIN_WINDOWS` windows a worker (see
+      `gap_cell`).
     layers: weight layers of the model, for λ ≈ (n + layers) / 2.
     platform: the `--platform` its runs ask for (None: JAX's default).
   """
@@ -197,8 +198,16 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                      windows: Sequence[int], train_examples: int, layers: int,
                      platform: Optional[str] = None,
                      grid_flags: Tuple[str, ...] = (),
-                     ablation_flags: Tuple[str, ...] = ()) -> Preset:
-  """A preset's runs: the grid, DOWNPOUR as the thesis ran it, the ablation and DiLoCo."""
+                     ablation_flags: Tuple[str, ...] = (),
+                     gap_epochs: Optional[float] = None,
+                     ablation_alpha: bool = True) -> Preset:
+  """A preset's runs: the grid, DOWNPOUR as the thesis ran it, the ablation and DiLoCo.
+
+  `gap_epochs` is the budget of the gap cell's runs (default: the
+  ablation's); `ablation_alpha=False` varies AEASGD's α only at the gap
+  cell, where it is expected to matter most.
+  """
+  gap_epochs = ablation_epochs if gap_epochs is None else gap_epochs
   runs = []
   for seed in range(seeds):
     for n, l in cells:
@@ -224,13 +233,14 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
     for strategy in (REFERENCE, BASELINE):
       runs.append(RunSpec(ABLATION, strategy, n, l, 0, ablation_epochs,
                           base + ablation_flags + extra, variant))
-  alpha = f"alpha{ALPHA_VARIANT:g}"
-  runs.append(RunSpec(
-      ABLATION, BASELINE, n, l, 0, ablation_epochs,
-      base + ablation_flags + (
-          f"--elastic_learning_rate={ALPHA_VARIANT / 5:g}", "--rho=5"), alpha))
+  if ablation_alpha:
+    runs.append(RunSpec(
+        ABLATION, BASELINE, n, l, 0, ablation_epochs,
+        base + ablation_flags + (
+            f"--elastic_learning_rate={ALPHA_VARIANT / 5:g}", "--rho=5"),
+        f"alpha{ALPHA_VARIANT:g}"))
   # Both α again where the gap to the thesis is expected to be widest.
-  gap = gap_cell(cells, ablation_epochs, train_examples,
+  gap = gap_cell(cells, gap_epochs, train_examples,
                  int(_flag_value(base, "batch_size")))
   if gap is not None:
     # AGN's commit order there too: the cell of the grid where AGN parts
@@ -238,12 +248,12 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
     gap_orders = dict(order, **{LOGNORMAL: (
         f"--speed_model={LOGNORMAL_SPEEDS}",)})
     for variant in (ROUND_ROBIN, RANDOM, LOGNORMAL):
-      runs.append(RunSpec(ABLATION, REFERENCE, *gap, 0, ablation_epochs,
+      runs.append(RunSpec(ABLATION, REFERENCE, *gap, 0, gap_epochs,
                           base + ablation_flags + gap_orders[variant],
                           variant))
     for eta in (None, ALPHA_VARIANT / 5):
       runs.append(RunSpec(
-          ABLATION, BASELINE, *gap, 0, ablation_epochs,
+          ABLATION, BASELINE, *gap, 0, gap_epochs,
           base + ablation_flags + (
               (f"--elastic_learning_rate={eta:g}", "--rho=5") if eta else ()),
           f"alpha{ALPHA_VARIANT:g}" if eta else THESIS_ALPHA))
@@ -310,8 +320,9 @@ def preset(name: str) -> Preset:
     MLP, batch 128, 40 epochs a run, AGN against AEASGD over the whole 7 × 7
     grid with 3 seeds, the simulator on the paper's cluster model, for one
     GPU.
-  * `cpu`: what this 2-core CPU finishes in about 106 minutes: the same
-    settings at five cells of the grid, one seed.
+  * `cpu`: what this 2-core CPU finishes in at most 100 minutes: the same
+    settings at five cells of the grid, one seed; the gap cell's ablation
+    at 5 epochs, and AEASGD's α varied only there.
   * `beyond`: Delayed Nesterov, Dynamic Local Updates and compressed
     commits beside AGN and AEASGD under heterogeneous speeds, at two cells
     of the grid at the full budget (`beyond_runs`), on this CPU.
@@ -339,7 +350,7 @@ def preset(name: str) -> Preset:
         "on this CPU", paper_base,
         [(40, 40), (10, 10), (10, 40), (25, 25), (40, 10)], 1, 40.0,
         (10, 20), 5.0, (10, 10), 10.0, grid, thesis.COMMUNICATION_WINDOWS,
-        60000, 4)
+        60000, 4, gap_epochs=5.0, ablation_alpha=False)
   if name == "beyond":
     cells = ((40, 40), (40, 10))
     return Preset(
