@@ -4,8 +4,8 @@ This module only drives the engine round by round and hands what happens to
 the shared books, as events like the processes backend's: commits, rejected
 commits, evaluations of the center every `eval_every_rounds` rounds,
 checkpoints every `checkpoint_every_seconds` of wall time (and at the end
-unless `--nocheckpoint_at_end`, or on Ctrl-C / SIGTERM, between two rounds), each worker's end, the server's
-end. Rows carry `sim_time` on the time model's clock (modeled seconds of
+unless `--nocheckpoint_at_end`, or on Ctrl-C / SIGTERM, between two rounds),
+each worker's end, the server's end. Rows carry `sim_time` on the time model's clock (modeled seconds of
 `--cluster`, or local steps of a speed-1 worker for `--cluster=none`; see
 `agn_jax.cluster`) beside the wall-time fields, and a commit row its window's
 `sim_window_start` and `sim_window_end` on that clock.

@@ -32,7 +32,7 @@ CPU_SECONDS_PER_SAMPLE = 434 / 2.4e6
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum("preset", "cpu", list(design.PRESETS),
-                    "The study: cpu (this CPU, ≤ 100 min), paper (the full "
+                    "The study: cpu (this CPU, ~111 min), paper (the full "
                     "grid, 3 seeds, one GPU), beyond (methods after the "
                     "paper, this CPU, ~2 h) or quick (seconds, for tests).",
                     flag_values=flag_values)
