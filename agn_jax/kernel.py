@@ -1,5 +1,6 @@
 """The window kernel: a worker's λ local steps in one XLA dispatch (`lax.scan`)."""
 
+import functools
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import jax
@@ -74,41 +75,100 @@ def window_kernel(loss_fn: LossFn,
     True
   """
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  phases = transform.window_phases(tx)
 
-  def step(carry, batch):
+  def step(carry, batch, update=tx.update):
     params, opt_state = carry
     (loss, aux), grads = grad_fn(params, batch)
-    updates, opt_state = tx.update(grads, opt_state, params)
+    updates, opt_state = update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     metrics = {"loss": loss, **aux}
     return (params, opt_state), metrics
 
+  def first(batches):
+    return jax.tree.map(lambda b: b[0], batches)
+
+  def either(pred, if_true, if_false, *operands):
+    """`if_true(*operands)` where `pred`, else `if_false(*operands)`.
+
+    Each in a loop of zero or one trip, which XLA runs in place (a
+    `lax.cond` would copy the operands, the model among them).
+    """
+    def once(fn):
+      return lambda loop: (jnp.zeros_like(pred),) + tuple(fn(*loop[1:]))
+
+    loop = jax.lax.while_loop(lambda l: l[0], once(if_true),
+                              (pred,) + operands)
+    return jax.lax.while_loop(lambda l: l[0], once(if_false),
+                              (~pred,) + loop[1:])[1:]
+
+  def starts_window(carry, steps):
+    """Whether the call runs one whole `agn` window from its first step."""
+    state = carry[1]
+    return (state.count == 0) & (state.window == steps)
+
+  # Where a call runs one whole window from its start (every window of the
+  # runtime's), the commit's step is known, and `agn`'s phases
+  # (`transform.WindowPhases`) take the steps instead of `tx.update`: the
+  # same updates, with each step's optimizer update fused into its
+  # parameters'.
+
+  def all_steps(carry, batches):
+    if phases is None:
+      return jax.lax.scan(step, carry, batches)
+
+    def whole_window(carry, metrics):
+      del metrics
+      head = jax.tree.map(lambda b: b[:-1], batches)
+      carry, metrics = jax.lax.scan(
+          functools.partial(step, update=phases.local), carry, head)
+      carry, last = step(carry, jax.tree.map(lambda b: b[-1], batches),
+                         phases.commit)
+      return carry, jax.tree.map(
+          lambda m, v: jnp.concatenate([m, v[None]]), metrics, last)
+
+    length = jax.tree.leaves(batches)[0].shape[0]
+    metrics = jax.tree.map(
+        lambda s: jnp.zeros((length,) + s.shape, s.dtype),
+        jax.eval_shape(step, carry, first(batches))[1])
+    return either(starts_window(carry, length), whole_window,
+                  lambda c, m: jax.lax.scan(step, c, batches), carry, metrics)
+
   def first_steps(carry, batches, steps):
     """The first `steps` of `batches`' steps; NaN metrics for the others."""
     length = jax.tree.leaves(batches)[0].shape[0]
-    shapes = jax.eval_shape(step, carry,
-                            jax.tree.map(lambda b: b[0], batches))[1]
+    shapes = jax.eval_shape(step, carry, first(batches))[1]
     metrics = jax.tree.map(
         lambda s: jnp.full((length,) + s.shape, jnp.nan if jnp.issubdtype(
             s.dtype, jnp.inexact) else 0, s.dtype), shapes)
 
-    def body(i, loop):
-      carry, metrics = loop
-      carry, values = step(carry, jax.tree.map(
-          lambda b: jax.lax.dynamic_index_in_dim(b, i, keepdims=False),
-          batches))
-      metrics = jax.tree.map(
-          lambda m, v: jax.lax.dynamic_update_index_in_dim(m, v, i, 0),
-          metrics, values)
-      return carry, metrics
+    def steps_between(start, stop, carry, metrics, update=tx.update):
+      def body(i, loop):
+        carry, metrics = loop
+        carry, values = step(carry, jax.tree.map(
+            lambda b: jax.lax.dynamic_index_in_dim(b, i, keepdims=False),
+            batches), update)
+        metrics = jax.tree.map(
+            lambda m, v: jax.lax.dynamic_update_index_in_dim(m, v, i, 0),
+            metrics, values)
+        return carry, metrics
+      return jax.lax.fori_loop(start, stop, body, (carry, metrics))
 
     upper = jnp.minimum(jnp.asarray(steps, jnp.int32), length)
-    return jax.lax.fori_loop(0, upper, body, (carry, metrics))
+    if phases is None:
+      return steps_between(0, upper, carry, metrics)
+
+    def whole_window(carry, metrics):
+      carry, metrics = steps_between(0, upper - 1, carry, metrics,
+                                     phases.local)
+      return steps_between(upper - 1, upper, carry, metrics, phases.commit)
+
+    return either(starts_window(carry, upper), whole_window,
+                  lambda c, m: steps_between(0, upper, c, m), carry, metrics)
 
   def window(params, opt_state, batches, steps=None):
     if steps is None:
-      (params, opt_state), metrics = jax.lax.scan(step, (params, opt_state),
-                                                  batches)
+      (params, opt_state), metrics = all_steps((params, opt_state), batches)
     else:
       (params, opt_state), metrics = first_steps((params, opt_state),
                                                  batches, steps)

@@ -81,6 +81,40 @@ class WindowKernelTest(parameterized.TestCase):
       p, s, _, _ = kernel(p, s, (xs[sl], ys[sl]))
     chex.assert_trees_all_close(p, ref_params.slow, rtol=1e-5, atol=1e-6)
 
+  @parameterized.parameters((4, (2, 2, 4)), (4, (3, 4, 1)), (1, (2, 1)))
+  def test_calls_that_cut_windows_match_lookahead(self, window, calls):
+    """Calls that start inside a window or end before it, then whole ones.
+
+    A call that runs exactly one window from its start places the commit
+    statically; every other call commits where agn's state says. Both
+    against `optax.lookahead` stepped one mini-batch at a time.
+    """
+    params, (xs, ys) = _setup(sum(calls), seed=2)
+    inner = optax.adam(0.05)
+    ref = optax.lookahead(inner, window, 1 / window)
+    ref_params = optax.LookaheadParams.init_synced(params)
+    ref_state = ref.init(ref_params)
+    ref_losses = []
+    for x, y in zip(xs, ys):
+      loss, grads = jax.value_and_grad(
+          lambda p: _loss_fn(p, (x, y))[0])(ref_params.fast)
+      updates, ref_state = ref.update(grads, ref_state, ref_params)
+      ref_params = optax.apply_updates(ref_params, updates)
+      ref_losses.append(loss)
+
+    tx = agn(inner, window)
+    kernel = window_kernel(_loss_fn, tx, donate=False)
+    p, s, start, losses = params, tx.init(params), 0, []
+    for steps in calls:
+      sl = slice(start, start + steps)
+      p, s, _, metrics = kernel(p, s, (xs[sl], ys[sl]))
+      losses.extend(np.asarray(metrics["loss"]))
+      start += steps
+    # Between commits lookahead's fast parameters are the worker's.
+    chex.assert_trees_all_close(p, ref_params.fast, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    self.assertEqual(int(s.count), sum(calls) % window)
+
   def test_plain_transform_has_no_delta(self):
     params, batches = _setup(3)
     tx = optax.sgd(0.1)
