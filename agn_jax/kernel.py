@@ -51,6 +51,13 @@ def window_kernel(loss_fn: LossFn,
   `agn`, set the window's length first (`transform.set_window`), or it
   commits after λ steps only. Dynamic Local Updates run windows this way.
 
+  With `agn` (`transform.window_phases(tx)` finds its phases), a call
+  that starts a window (`count == 0`) and runs all of its steps (λ, or
+  the window `set_window` gave it) places the commit on its last step
+  before tracing, so that XLA fuses every step's optimizer update into
+  the parameters'; any other call runs `tx.update` at every step. Both
+  give the same steps.
+
   Args:
     loss_fn: `loss_fn(params, batch) -> (loss, aux)` with `aux` a dict of
       scalar metrics, e.g. `{"accuracy": acc}`.

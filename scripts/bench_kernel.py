@@ -31,7 +31,12 @@ With `--diagnose` both setups also time
 * `agn_cond`: AGN with the commit in a `lax.cond` (what `transform.agn` did
   before it moved the commit into a 0-or-1-trip `lax.while_loop`: the cond
   copies anchor and delta on every local step),
-so that `agn` vs `plain` can be split into scan cost and AGN cost.
+* `agn_per_step`: `transform.agn` itself with the commit decided at every
+  step (its 0-or-1-trip loop), as the kernel ran every window before it placed
+  a whole window's commit statically (`transform.WindowPhases`): XLA cannot
+  fuse the optimizer's update into the parameters' across that loop,
+so that `agn` vs `plain` can be split into scan cost and AGN cost
+(`agn_over_scan_plain`: what AGN itself costs in the kernel).
 """
 
 import argparse
@@ -151,6 +156,18 @@ def _agn_cond(inner, window):
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+def _agn_per_step(inner, window):
+  """`transform.agn` under another `update`, so the kernel finds no `WindowPhases`.
+
+  The kernel then runs `agn`'s own update at every step, which decides the
+  commit at run time.
+  """
+  tx = transform.agn(inner, window)
+  return optax.GradientTransformation(
+      tx.init, lambda updates, state, params=None: tx.update(updates, state,
+                                                              params))
+
+
 def _fresh(tree):
   """A copy with buffers of its own (donation must not see shared buffers)."""
   return jax.tree.map(lambda x: jnp.array(x, copy=True), tree)
@@ -230,6 +247,8 @@ def _runners(loss_fn, params, batches, args):
                                           params, batches)
     runners["agn_cond"] = _KernelRunner(loss_fn, _agn_cond(adam(), lam),
                                         params, batches)
+    runners["agn_per_step"] = _KernelRunner(
+        loss_fn, _agn_per_step(adam(), lam), params, batches)
   return runners
 
 
@@ -264,6 +283,10 @@ def _record(out, prefix, runners, rates, best):
       out[f"{prefix}{name}_samples_per_s"] = rates[name]
       out[f"{prefix}{name}_ratio"] = rates[name] / rates["plain"]
       out[f"{prefix}{name}_ratio_best"] = best[name] / best["plain"]
+  if "scan_plain" in runners:
+    out[f"{prefix}agn_over_scan_plain"] = rates["agn"] / rates["scan_plain"]
+    out[f"{prefix}agn_per_step_over_scan_plain"] = (rates["agn_per_step"] /
+                                                   rates["scan_plain"])
 
 
 def main(argv=None):
@@ -280,7 +303,7 @@ def main(argv=None):
   p.add_argument("--skip_small", action="store_true")
   p.add_argument("--skip_paper", action="store_true")
   p.add_argument("--diagnose", action="store_true",
-                 help="also time scan_plain, agn_select, agn_cond")
+                 help="also time scan_plain, agn_select, agn_cond, agn_per_step")
   p.add_argument("--raw", action="store_true", help="include per-rep times")
   p.add_argument("--seed", type=int, default=0)
   args = p.parse_args(argv)

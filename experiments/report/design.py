@@ -321,7 +321,7 @@ def preset(name: str) -> Preset:
     grid with 3 seeds, the simulator on the paper's cluster model, for one
     GPU.
   * `cpu`: the same settings at five cells of the grid, one seed, on this
-    2-core CPU (111 minutes measured); the gap cell's ablation at 5 epochs,
+    2-core CPU (91 minutes measured); the gap cell's ablation at 5 epochs,
     and AEASGD's α varied only there.
   * `beyond`: Delayed Nesterov, Dynamic Local Updates and compressed
     commits beside AGN and AEASGD under heterogeneous speeds, at two cells

@@ -23,16 +23,16 @@ FLAGS = flags.FLAGS
 PROGRAM = "report"
 RUN_SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO,
                 design.BEYOND)
-# Seconds per training sample of the paper MLP on the simulated backend,
-# measured on this 2-core CPU (an Intel Xeon: 434 s a 2.4 M-sample run at
-# n = λ = 40, with report_paper.flags); the estimate before a study has
+# Seconds per training sample on this 2-core CPU (an Intel Xeon), from the
+# committed cpu study: 5,473 s for its 30.3 M samples (grid, DOWNPOUR,
+# ablation, DiLoCo; report_paper.flags); the estimate before a study has
 # completed runs of its own.
-CPU_SECONDS_PER_SAMPLE = 434 / 2.4e6
+CPU_SECONDS_PER_SAMPLE = 5473 / 30.3e6
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum("preset", "cpu", list(design.PRESETS),
-                    "The study: cpu (this CPU, ~111 min), paper (the full "
+                    "The study: cpu (this CPU, ~91 min), paper (the full "
                     "grid, 3 seeds, one GPU), beyond (methods after the "
                     "paper, this CPU, ~2 h) or quick (seconds, for tests).",
                     flag_values=flag_values)
