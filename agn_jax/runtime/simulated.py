@@ -5,10 +5,11 @@ the shared books, as events like the processes backend's: commits, rejected
 commits, evaluations of the center every `eval_every_rounds` rounds,
 checkpoints every `checkpoint_every_seconds` of wall time (and at the end
 unless `--nocheckpoint_at_end`, or on Ctrl-C / SIGTERM, between two rounds),
-each worker's end, the server's end. Rows carry `sim_time` on the time model's clock (modeled seconds of
-`--cluster`, or local steps of a speed-1 worker for `--cluster=none`; see
-`agn_jax.cluster`) beside the wall-time fields, and a commit row its window's
-`sim_window_start` and `sim_window_end` on that clock.
+each worker's end, the server's end. Rows carry `sim_time` on the time
+model's clock (modeled seconds of `--cluster`, or local steps of a speed-1
+worker for `--cluster=none`; see `agn_jax.cluster`) beside the wall-time
+fields, and a commit row its window's `sim_window_start` and
+`sim_window_end` on that clock.
 
 The same flags and seed give the same metrics.jsonl apart from the wall-time
 fields (`time`, `wall_time`, a checkpoint's `seconds`), provided checkpoints

@@ -317,12 +317,9 @@ class _Worker:
     state = fns.receive(state, center, True)
     jax.block_until_ready(fns.receive(state, center, False))
 
-  def _finish(self, commits, started: Optional[float],
-              steps: Optional[int] = None):
-    """Reports this worker's share done: `commits` counts all its commits in the run, `steps` their local steps (None: λ each)."""
+  def _finish(self, commits, started: Optional[float], steps: int):
+    """Reports this worker's share done: `commits` counts all its commits in the run, `steps` their local steps (`Transport.steps_done`)."""
     config = self.ctx.config
-    if steps is None:
-      steps = commits * config["communication_window"]
     samples = steps * config["batch_size"]
     stats = {
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
