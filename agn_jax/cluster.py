@@ -229,6 +229,13 @@ class SpeedModel(NamedTuple):
     return f"trace:{self.trace_dir}"
 
 
+# The widest spread of speeds a clock models. σ = 5 already makes one worker
+# of 40 about e^(5·2.2) ≈ 6·10^4 times another; wider ones would overflow the
+# clock's times or starve every worker but one of windows.
+MAX_SIGMA = 5.0
+MAX_SPEED_RATIO = 1e6
+
+
 def parse_speed_model(text: str) -> SpeedModel:
   """Parses `--speed_model`.
 
@@ -286,8 +293,8 @@ def parse_speed_model(text: str) -> SpeedModel:
     raise bad(f"{kind} needs "
               f"{'a σ' if 'SIGMA' in form else 'its values'}, as {form}")
   if kind in ("lognormal", "random"):
-    return SpeedModel(kind, sigma=number(rest, "σ", lambda x: x >= 0,
-                                         "a finite number >= 0"))
+    return SpeedModel(kind, sigma=number(
+        rest, "σ", lambda x: 0 <= x <= MAX_SIGMA, f"a number in [0, {MAX_SIGMA:g}]"))
   if kind == "straggler":
     parts = rest.split(":")
     if len(parts) != 2:
@@ -295,11 +302,15 @@ def parse_speed_model(text: str) -> SpeedModel:
     return SpeedModel(
         kind, probability=number(parts[0], "P", lambda x: 0 <= x <= 1,
                                  "a number in [0, 1]"),
-        slowdown=number(parts[1], "SLOWDOWN", lambda x: x >= 1,
-                        "a finite number >= 1"))
+        slowdown=number(parts[1], "SLOWDOWN",
+                        lambda x: 1 <= x <= MAX_SPEED_RATIO,
+                        f"a number in [1, {MAX_SPEED_RATIO:g}]"))
   if kind == "speeds":
     speeds = tuple(number(v, "a speed", lambda x: x > 0, "a finite number > 0")
                    for v in rest.split(","))
+    if max(speeds) / min(speeds) > MAX_SPEED_RATIO:
+      raise bad(f"the fastest speed is {max(speeds) / min(speeds):.3g} times "
+                f"the slowest; at most {MAX_SPEED_RATIO:g} is modeled")
     return SpeedModel(kind, speeds=speeds)
   path = os.path.join(rest, "metrics.jsonl")
   if not os.path.isfile(path):

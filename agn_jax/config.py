@@ -46,8 +46,13 @@ class Check(NamedTuple):
                  self.accepts + (" (or leave it unset)" if say else ""))
 
 
-POSITIVE_INT = Check(lambda v: _is_int(v) and v >= 1, "an integer >= 1")
-NON_NEGATIVE_INT = Check(lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+# The largest integer a setting takes: counts and sizes reach JAX as int32,
+# and a larger one would overflow there after the run started.
+MAX_INT = 2**31 - 1
+POSITIVE_INT = Check(lambda v: _is_int(v) and 1 <= v <= MAX_INT,
+                     f"an integer in [1, {MAX_INT}]")
+NON_NEGATIVE_INT = Check(lambda v: _is_int(v) and 0 <= v <= MAX_INT,
+                         f"an integer in [0, {MAX_INT}]")
 POSITIVE = Check(lambda v: _is_number(v) and v > 0, "a finite number > 0")
 NON_NEGATIVE = Check(lambda v: _is_number(v) and v >= 0,
                      "a finite number >= 0")
@@ -55,8 +60,31 @@ UNIT_INTERVAL = Check(lambda v: _is_number(v) and 0 <= v < 1,
                       "a number in [0, 1)")
 POSITIVE_INTS = Check(
     lambda v: isinstance(v, (list, tuple)) and bool(v) and all(
-        _is_int(h) and h >= 1 for h in v),
-    "a comma-separated list of integers >= 1, e.g. 1000,2000,1000")
+        _is_int(h) and 1 <= h <= MAX_INT for h in v),
+    f"a comma-separated list of integers in [1, {MAX_INT}], e.g. 1000,2000,1000")
+
+
+def missing_extra(what: str, module: str, extra: str) -> Optional[str]:
+  """Why `what` cannot run here (one line naming the extra to install), or None.
+
+  One rule for every optional library (Ray, tensorboardX): a setting that
+  needs one is refused when the config is checked, with exit status 2 on the
+  command line, before anything starts.
+
+  Example:
+    >>> missing_extra("--backend=x", "no_such_module_here", "agn-jax[x]")
+    "--backend=x needs no_such_module_here, which is not installed; pip install 'agn-jax[x]'"
+    >>> missing_extra("--backend=x", "json", "agn-jax[x]") is None
+    True
+  """
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  try:
+    if importlib.util.find_spec(module) is not None:
+      return None
+  except (ImportError, ValueError):
+    pass  # A parent package missing, or a module set to None: not there.
+  return (f"{what} needs {module}, which is not installed; "
+          f"pip install '{extra}'")
 
 
 def finite(accepts: str) -> Check:
@@ -454,7 +482,7 @@ class TrainConfig:
       >>> TrainConfig(num_workers=0).validate()
       Traceback (most recent call last):
       ...
-      ValueError: num_workers accepts an integer >= 1, got 0
+      ValueError: num_workers accepts an integer in [1, 2147483647], got 0
     """
     for field in _settings_of(type(self)):
       error = field_error(field.name, getattr(self, field.name))
@@ -644,6 +672,10 @@ class RayOptions(ServerOptions):
       "(the cluster this machine is part of) or a cluster address "
       "host:port.")
 
+  def fit_error(self) -> Optional[str]:
+    """Why the ray backend cannot run here: Ray not installed (`missing_extra`)."""
+    return missing_extra("--backend=ray", "ray", "agn-jax[ray]")
+
 
 def setting_names() -> Tuple[str, ...]:
   """Every setting's name: `TrainConfig`'s, then each backend's options' (a name once).
@@ -796,6 +828,14 @@ def field_error(name: str, value) -> Optional[str]:
 def _check_strategy_fit(config: TrainConfig) -> None:
   """Raises `ValueError` for a resolved setting the strategy cannot honour."""
   strategies = _strategies()
+  speed_model = getattr(config.options, "speed_model", "constant")
+  speeds = importlib.import_module("agn_jax.cluster").parse_speed_model(
+      speed_model).speeds
+  if speeds and len(speeds) != config.num_workers:
+    count = len(speeds)
+    raise ValueError(f"--speed_model={speed_model} gives {count} speeds, "
+                     f"one for each worker of --num_workers="
+                     f"{config.num_workers}")
   name = config.strategy
   if name == "eamsgd" and config.worker_optimizer != "nesterov":
     raise ValueError("eamsgd is AEASGD with Nesterov momentum workers: its "

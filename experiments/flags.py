@@ -193,6 +193,9 @@ def parse_flags_or_exit(argv: List[str],
   # 'tpu'" on every machine without one) would precede a one-line error.
   std_logging.getLogger("jax").setLevel(std_logging.WARNING)
   given = argv  # As typed, for the errors.
+  if wants_help(argv[1:]):
+    print_help(flag_values)
+    sys.exit(0)
   try:
     if "config" in flag_values:
       argv = argv[:1] + expand_configs(argv[1:])
@@ -209,6 +212,44 @@ def parse_flags_or_exit(argv: List[str],
                     f"{' '.join(remaining[1:])!r}; every option is a --flag",
                     status=2)
   return remaining
+
+
+HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?")
+
+
+def wants_help(args: Sequence[str]) -> bool:
+  """Whether a command line asks for help (before a lone `--`).
+
+  Example:
+    >>> wants_help(["--num_workers=2", "--help"]), wants_help(["--", "-h"])
+    (True, False)
+  """
+  for arg in args:
+    if arg == "--":
+      return False
+    if arg in HELP_FLAGS:
+      return True
+  return False
+
+
+def print_help(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Prints the program's docstring and its own flags (not absl's) to stdout.
+
+  absl's `--help` lists only the flags of the `__main__` module, which
+  defines none here (`python -m` runs a module whose flags are defined by
+  `define_train_flags`), and exits 1; `--helpfull` still lists every flag.
+  """
+  main = sys.modules.get("__main__")
+  parts = [(getattr(main, "__doc__", None) or "").strip()]
+  for module in flag_values.flags_by_module_dict():
+    if not module.startswith(("absl.", "jax", "tensorflow")):
+      parts.append(flag_values.module_help(module))
+  parts.append("Try --helpfull for every flag, absl's own included.")
+  try:
+    sys.stdout.write("\n\n".join(p for p in parts if p) + "\n")
+    sys.stdout.flush()
+  except BrokenPipeError:  # `--help | head`: the reader has what it wanted.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 # The named configurations shipped with agn-jax (package data): `--config=NAME`
@@ -256,6 +297,9 @@ def config_flagfile(name: str) -> str:
   if path is not None:
     return path
   if os.path.isfile(os.path.expanduser(name)):
+    not_flags = not_a_flagfile(os.path.expanduser(name))
+    if not_flags:
+      raise UsageError(f"--config={name}: {not_flags}")
     return os.path.expanduser(name)
   raise UsageError(f"--config={name}: no such configuration; the shipped "
                    f"ones are {', '.join(available_configs())} (or give a "
@@ -314,6 +358,33 @@ def _included_flagfiles(path: str) -> List[str]:
           if line.startswith(("--flagfile=", "-flagfile="))]
 
 
+def not_a_flagfile(path: str) -> Optional[str]:
+  """Why `path` is not a flagfile, or None if it is one (or cannot be read).
+
+  A flagfile holds one `--flag` a line, blank lines and comments (`#`,
+  `//`). Any other line would reach the program as a positional argument,
+  and the error would echo the file; this names the line instead.
+
+  Example:
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+    ...   _ = f.write("--epochs=2\\n# a comment\\nroot:x:0:0\\n"); f.flush()
+    ...   not_a_flagfile(f.name).endswith("line 3 is not a --flag")
+    True
+  """
+  try:
+    with open(path, encoding="utf-8") as f:
+      for number, line in enumerate(f, 1):
+        line = line.strip()
+        if line and not line.startswith(("-", "#", "//")):
+          return f"{path} is not a flagfile: its line {number} is not a --flag"
+  except UnicodeDecodeError:
+    return f"{path} is not a flagfile: it is not UTF-8 text"
+  except OSError:
+    return None  # absl reports an unreadable file itself.
+  return None
+
+
 def check_flagfile_cycles(args: Sequence[str]) -> None:
   """Refuses a --flagfile that includes itself, directly or through others.
 
@@ -349,6 +420,9 @@ def check_flagfile_cycles(args: Sequence[str]) -> None:
               else f"{chain[start]} includes itself through "
               f"{', '.join(chain[start + 1:])}")
       raise UsageError(f"--flagfile: {what} ({cycle})")
+    not_flags = not_a_flagfile(path)
+    if not_flags:
+      raise UsageError(f"--flagfile: {not_flags}")
     for included in _included_flagfiles(path):
       walk(included, chain + [path])
 

@@ -551,9 +551,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       f"of {','.join(available)}", flag_values=flag_values)
   for name in ("num_workers", "communication_windows"):
     flags.register_validator(
-        name, lambda v: v is None or flags_lib.positive_int_list(v),
-        message=f"--{name} accepts a comma-separated list of integers >= 1",
-        flag_values=flag_values)
+        name, lambda v: v is None or (flags_lib.positive_int_list(v) and len(
+            {int(x) for x in v}) == len(v)),
+        message=f"--{name} accepts distinct integers in [1, "
+        f"{config_lib.MAX_INT}], comma-separated", flag_values=flag_values)
 
 
 def _cell_name(cell: Cell) -> str:
@@ -577,6 +578,16 @@ def main(argv):
   num_workers = [int(n) for n in FLAGS.num_workers]
   windows = [int(l) for l in
              FLAGS.communication_windows or [FLAGS.communication_window]]
+  # Every cell is checked before the first runs: a grid that fails at its
+  # last cell would otherwise have spent the others' time.
+  for s in strategies:
+    for n in num_workers:
+      for l in windows:
+        try:
+          run_config(FLAGS, typed, per_strategy, s, n, l, "", False).validate()
+        except (flags_lib.UsageError, ValueError) as e:
+          flags_lib.exit_with_error(
+              program, f"the cell {_cell_name((s, n, l))}: {e}", status=2)
   sweep_dir = FLAGS.sweep_dir or os.path.join(
       "runs", "sweep-" + time.strftime("%Y%m%d-%H%M%S"))
   if os.path.lexists(sweep_dir) and not os.path.isdir(sweep_dir):

@@ -19,7 +19,6 @@ Example:
 """
 
 import glob
-import importlib.util
 import json
 import os
 import secrets
@@ -63,10 +62,7 @@ def missing_library(name: str) -> Optional[str]:
   if name not in _LIBRARIES:
     return None
   module, extra = _LIBRARIES[name]
-  if importlib.util.find_spec(module) is not None:
-    return None
-  return (f"metric_writers: {name} needs {module}, which is not installed; "
-          f"pip install '{extra}'")
+  return config_lib.missing_extra(f"metric_writers: {name}", module, extra)
 
 
 def parse(text: str) -> Tuple[str, ...]:
