@@ -188,12 +188,16 @@ def test_stragglers():
     ("fast", "not one of constant, lognormal:SIGMA"),
     ("constant:1", "constant takes no value"),
     ("lognormal", "lognormal needs a σ, as lognormal:SIGMA"),
-    ("lognormal:-1", "σ must be a finite number >= 0"),
-    ("random:nan", "σ must be a finite number >= 0"),
+    ("lognormal:-1", "σ must be a number in [0, 5]"),
+    ("random:nan", "σ must be a number in [0, 5]"),
+    ("random:1000", "σ must be a number in [0, 5]"),  # exp(1000 z) overflows.
     ("straggler:0.5", "straggler needs P and SLOWDOWN"),
     ("straggler:1.5:2", "P must be a number in [0, 1]"),
-    ("straggler:0.5:0.5", "SLOWDOWN must be a finite number >= 1"),
+    ("straggler:0.5:0.5", "SLOWDOWN must be a number in [1, 1e+06]"),
+    ("straggler:0.5:1e7", "SLOWDOWN must be a number in [1, 1e+06]"),
     ("speeds:1,0", "a speed must be a finite number > 0"),
+    ("speeds:1e308,1e-308,1,1", "the fastest speed is inf times the slowest"),
+    ("speeds:2e6,1", "the fastest speed is 2e+06 times the slowest"),
     ("trace:/nonexistent", "holds no metrics.jsonl"),
 ])
 def test_bad_speed_models(text, message):

@@ -150,7 +150,7 @@ def test_another_backends_options_are_refused_unless_they_say_nothing():
 
 
 def test_validate_checks_the_options_once():
-  with pytest.raises(ValueError, match=r"num_slots accepts an integer in \\[1, 2147483647\\] "
+  with pytest.raises(ValueError, match=r"num_slots accepts an integer in \[1, 2147483647\] "
                      r"\(or leave it unset\), got 0"):
     TrainConfig(options=ProcessesOptions(num_slots=0)).validate()
   with pytest.raises(ValueError, match="--server_apply_ms needs "

@@ -15,6 +15,7 @@ Time bases of a row:
 """
 
 import json
+import math
 import pathlib
 import time
 from typing import Callable, Dict, List, Optional
@@ -30,6 +31,52 @@ Progress = Callable[[Dict[str, object]], None]
 
 # A run fails when more of its commits were rejected (non-finite) than applied.
 MAX_REJECTED_FRACTION = 0.5
+
+
+def _finite(value) -> bool:
+  return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def outcome_error(summary: Dict[str, object]) -> Optional[str]:
+  """Why a run that ended is no result (one line), or None: the one rule of "completed".
+
+  Every backend's books apply it to the run's summary. A run fails when:
+  no commit was applied (all rejected as non-finite: diverged; or none was
+  made at all); more of its commits were rejected than applied; its final
+  loss or test accuracy is not finite (its center diverged, whatever the
+  commits were); or its simulated clock is not finite (a speed model whose
+  times overflow).
+
+  Example:
+    >>> ok = dict(num_commits=8, rejected_commits=4, final_test_loss=0.3)
+    >>> outcome_error(ok) is None
+    True
+    >>> outcome_error(dict(ok, final_test_loss=float("nan")))
+    "the final center's test loss is nan: the center diverged (lower --learning_rate or --server_learning_rate?)"
+    >>> outcome_error(dict(num_commits=0, rejected_commits=0))
+    'no commit was made: the run ended before any worker finished a window (--max_seconds too short?)'
+  """
+  applied, rejected = summary["num_commits"], summary["rejected_commits"]
+  if not applied and not rejected:
+    return ("no commit was made: the run ended before any worker finished a "
+            "window (--max_seconds too short?)")
+  if not applied:
+    return (f"no commit was applied: all {rejected} commits were rejected as "
+            f"non-finite (diverged; lower --learning_rate?)")
+  if rejected > MAX_REJECTED_FRACTION * (applied + rejected):
+    return (f"{rejected} of {applied + rejected} commits were rejected as "
+            f"non-finite (diverged; lower --learning_rate?)")
+  for key, what in (("final_test_loss", "test loss"),
+                    ("final_test_accuracy", "test accuracy")):
+    value = summary.get(key)
+    if value is not None and not _finite(value):
+      return (f"the final center's {what} is {value}: the center diverged "
+              "(lower --learning_rate or --server_learning_rate?)")
+  seconds = summary.get("simulated_seconds")
+  if seconds is not None and not _finite(seconds):
+    return (f"the simulated clock ended at {seconds} seconds: the "
+            "--speed_model's times are not finite")
+  return None
 
 
 def resume_error(workdir, message) -> CheckpointError:
@@ -526,17 +573,6 @@ class RunBook:
     summary.update(self.extra_summary)
     return summary
 
-  def outcome_error(self, summary) -> Optional[str]:
-    """Why a finished run is no result (one line), or None."""
-    applied, rejected = summary["num_commits"], summary["rejected_commits"]
-    if not applied:
-      return (f"no commit was applied: all {rejected} commits were rejected as "
-              f"non-finite (diverged; lower --learning_rate?)")
-    if rejected > MAX_REJECTED_FRACTION * (applied + rejected):
-      return (f"{rejected} of {applied + rejected} commits were rejected as "
-              f"non-finite (diverged; lower --learning_rate?)")
-    return None
-
   def write_summary(self, interrupted: bool) -> Dict[str, object]:
     """Writes summary.json of a run that ended or was interrupted; raises `RunError` when a finished run is no result.
 
@@ -552,7 +588,7 @@ class RunBook:
       except OSError as e:
         raise cannot_write(writer.path, e) from None
     summary = self.summary(interrupted)
-    failure = None if interrupted else self.outcome_error(summary)
+    failure = None if interrupted else outcome_error(summary)
     if failure:
       summary.update(completed=False, outcome="failed", failure=failure)
     write_json(self.workdir / "summary.json", summary)

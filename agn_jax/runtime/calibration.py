@@ -462,8 +462,15 @@ def _measure_here(s: Dict[str, Any]) -> Dict[str, Any]:
   median = {key: float(np.median(value)) for key, value in times.items()}
   scratch = np.empty(num_params, np.float32)
   copy_seconds = _median_seconds(lambda: np.copyto(published, scratch))
+  # JAX on CPU may alias a NumPy argument's memory without a copy (the
+  # slot's views passed to the server's apply), and such a buffer keeps the
+  # mapping exported after the views are gone: the mapping is unmapped with
+  # the last of them, and the measurement process ends right after.
   del published, slot
-  shared.close()
+  try:
+    shared.close()
+  except BufferError:
+    pass
   batch_seconds = _median_seconds(batches)
   # The processes run's steps and messages, with everything a commit and a
   # pull cost between processes (the ring, its polling, the other parts on
