@@ -315,6 +315,7 @@ def parse_speed_model(text: str) -> SpeedModel:
   path = os.path.join(rest, "metrics.jsonl")
   if not os.path.isfile(path):
     raise bad(f"{rest} holds no metrics.jsonl (a processes run's workdir)")
+  _trace_windows(rest)  # Its rows are checked now, before any run starts.
   return SpeedModel(kind, trace_dir=rest)
 
 
@@ -355,29 +356,106 @@ def read_trace_starts(run_dir: str) -> List[float]:
   return [max(0.0, first.get(k, middle)) for k in range(max(windows) + 1)]
 
 
+# A trace's worker numbers: those of its config.json's run, or below this.
+MAX_TRACE_WORKERS = 4096
+
+
+def _not_a_number(text):
+  raise ValueError(f"{text} is not a finite number")
+
+
 def _trace_windows(run_dir: str) -> Dict[int, List[tuple]]:
-  """Per worker: (commit time, window start, step time) of each timed window."""
+  """Per worker: (commit time, window start, step time) of each timed window.
+
+  The one reader of a trace. Every commit row must hold a worker number of
+  the run and finite times; any other row is refused in one line naming
+  the file, the line and the field. Only the file's last line may be cut
+  short (by a kill) and is then skipped.
+
+  Raises:
+    ValueError: `--speed_model=trace:DIR: FILE, line N: what is wrong`, or
+      when the run has no timed windows.
+  """
+  path = os.path.join(run_dir, "metrics.jsonl")
+  key = (path, *_file_key(path))
+  cached = _TRACE_CACHE.get(key)
+  if cached is None:
+    cached = _TRACE_CACHE[key] = _read_trace_windows(run_dir, path)
+  return cached
+
+
+def _file_key(path: str) -> tuple:
+  try:
+    info = os.stat(path)
+  except OSError:
+    return (None, None)
+  return (info.st_size, info.st_mtime_ns)
+
+
+_TRACE_CACHE: Dict[tuple, Dict[int, List[tuple]]] = {}
+
+
+def _read_trace_windows(run_dir: str, path: str) -> Dict[int, List[tuple]]:
+  """`_trace_windows`, read from the file."""
   windows: Dict[int, List[tuple]] = {}
-  lam = None
+  lam, workers = None, MAX_TRACE_WORKERS
   try:
     with open(os.path.join(run_dir, "config.json")) as f:
-      lam = int(json.load(f)["communication_window"])
-  except (OSError, ValueError, KeyError, TypeError):
+      config = json.load(f)
+    lam = int(config["communication_window"])
+    workers = int(config.get("num_workers") or MAX_TRACE_WORKERS)
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
     pass
-  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-    for line in f:
-      try:
-        row = json.loads(line)
-      except ValueError:
-        continue  # A line cut short by a kill.
-      if not isinstance(row, dict) or row.get("event") != "commit":
-        continue
-      start, end = row.get("window_start"), row.get("window_end")
-      if isinstance(start, (int, float)) and isinstance(end, (int, float)):
-        steps = len(row.get("step_accuracy") or ()) or lam
-        if steps and end >= start:
-          windows.setdefault(int(row["worker"]), []).append(
-              (float(row["time"]), float(start), (end - start) / steps))
+
+  def bad(number, why):
+    return ValueError(f"--speed_model=trace:{run_dir}: {path}, line "
+                      f"{number}: {why}")
+
+  try:
+    with open(path, encoding="utf-8") as f:
+      lines = f.read().split("\n")
+  except UnicodeDecodeError as e:
+    line = 1 + open(path, "rb").read()[:e.start].count(b"\n")
+    raise bad(line, "not UTF-8 text (is it a metrics.jsonl?)") from None
+  except OSError as e:
+    raise ValueError(f"--speed_model=trace:{run_dir}: cannot read {path}: "
+                     f"{e.strerror or e}") from None
+  last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+  for index, line in enumerate(lines):
+    number = index + 1
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line, parse_constant=_not_a_number)
+    except ValueError as e:
+      if index == last and "is not a finite number" not in str(e):
+        continue  # The last line, cut short by a kill.
+      raise bad(number, str(e) if "finite" in str(e) else
+                "not a JSON object") from None
+    if not isinstance(row, dict) or row.get("event") != "commit":
+      continue
+    worker = row.get("worker")
+    if (not isinstance(worker, int) or isinstance(worker, bool) or
+        not 0 <= worker < workers):
+      raise bad(number, f"worker is {json.dumps(worker)}, not a worker "
+                f"number of the run (an integer in [0, {workers}))")
+    values = {}
+    for field in ("time", "window_start", "window_end"):
+      value = row.get(field)
+      if value is None and field != "time":
+        continue  # A commit without its window's bounds is not timed.
+      if (not isinstance(value, (int, float)) or isinstance(value, bool) or
+          not math.isfinite(value)):
+        raise bad(number, f"{field} is {json.dumps(value)}, not a finite "
+                  "number of seconds")
+      values[field] = float(value)
+    start, end = values.get("window_start"), values.get("window_end")
+    if start is None or end is None:
+      continue
+    steps = len(row.get("step_accuracy") or ()) or lam
+    if steps and end >= start:
+      windows.setdefault(worker, []).append(
+          (values["time"], start, (end - start) / steps))
   if not windows:
     raise ValueError(f"--speed_model=trace:{run_dir}: its metrics.jsonl has "
                      "no commit rows with window times (a processes run's)")
