@@ -42,6 +42,7 @@ import numpy as np
 
 from agn_jax import config as config_lib
 from agn_jax import metrics
+from agn_jax.runtime import events
 from experiments import curves
 from experiments import flags as flags_lib
 from experiments import plots
@@ -474,7 +475,7 @@ def main(argv):
     plots.plot_comparison(runs, output, labels(runs), window,
                           time_base=report["time_base"])
     with open(json_path, "w") as f:
-      json.dump(report, f, indent=2)
+      f.write(events.strict_json(report, indent=2))
       f.write("\n")
   except OSError as e:
     flags_lib.exit_with_error(program, f"--output={output}: cannot write "

@@ -20,6 +20,7 @@ from agn_jax import config as config_lib
 # Imported for what they register with the config: the backends, the
 # platforms and the metric writers that their settings accept.
 from agn_jax.runtime import backend as backend_lib  # pylint: disable=unused-import
+from agn_jax.runtime import events
 from agn_jax.runtime import metric_writers  # pylint: disable=unused-import
 from agn_jax.runtime import placement  # pylint: disable=unused-import
 
@@ -634,7 +635,7 @@ def write_config(config: config_lib.TrainConfig, workdir: str,
     os.makedirs(workdir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-      json.dump(content, f, indent=2, sort_keys=True)
+      f.write(events.strict_json(content, indent=2, sort_keys=True))
       f.write("\n")
     os.replace(tmp, path)
   return path

@@ -13,6 +13,7 @@ import abc
 import contextlib
 import importlib
 import os
+import pathlib
 import signal
 import threading
 import time
@@ -28,7 +29,8 @@ from agn_jax.runtime import evaluator
 from agn_jax.runtime import events as ev
 from agn_jax.runtime import server
 from agn_jax.runtime import worker
-from agn_jax.runtime.bookkeeping import write_json
+from agn_jax.runtime import shm
+from agn_jax.runtime.bookkeeping import read_json, write_json
 
 # name -> "module:Class", imported on first use (Ray is an optional install).
 BACKENDS = {
@@ -120,6 +122,33 @@ def wire_of(strategy, layout) -> Tuple[Tuple[int, str], ...]:
       [jax.ShapeDtypeStruct(s, np.float32) for s in layout.shapes])
   return tuple((int(np.prod(x.shape)), np.dtype(x.dtype).str)
                for x in strategy.wire_spec(shapes))
+
+
+def unlink_dead_run_leftovers(workdir) -> List[str]:
+  """Unlinks what an earlier run in `workdir` left in /dev/shm when it was killed with its tracker.
+
+  pids.json names that run's processes and its segments and semaphores.
+  Called with the workdir's lock held (no live run owns it); still, when
+  any of those processes is alive (an orphaned part, or a reused pid),
+  nothing is touched. Returns the names unlinked.
+  """
+  pids = read_json(pathlib.Path(workdir) / "pids.json")
+  if not pids:
+    return []
+  processes = [pids.get("server"), pids.get("evaluator"),
+               *(pids.get("workers") or []),
+               *(pids.get("restarted_workers") or [])]
+  for pid in processes:
+    if isinstance(pid, int) and pid > 0:
+      try:
+        os.kill(pid, 0)
+        return []  # Alive (or reused): leave everything as it is.
+      except ProcessLookupError:
+        pass
+      except PermissionError:
+        return []
+  return shm.unlink_leftovers(pids.get("shm_segments") or [],
+                              pids.get("semaphores") or [])
 
 
 class Backend(abc.ABC):

@@ -109,7 +109,7 @@ def write_json(path, obj):
   path = pathlib.Path(path)
   try:
     workdir_lib.write_atomic(str(path.parent), path.name,
-                             json.dumps(obj, indent=2) + "\n")
+                             ev.strict_json(obj, indent=2) + "\n")
   except OSError as e:
     raise cannot_write(path, e) from None
 
@@ -342,7 +342,7 @@ class RunBook:
     record = ev.row(event, self._relative,
                     wall_time=round(when - self.t0, 6), **extra)
     try:
-      self.metrics_file.write(json.dumps(record) + "\n")
+      self.metrics_file.write(ev.strict_json(record) + "\n")
     except OSError as e:
       raise cannot_write(self.workdir / "metrics.jsonl", e) from None
     for writer in self.writers:

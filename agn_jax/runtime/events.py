@@ -13,9 +13,36 @@ Example:
   ('commit', 3)
 """
 
+import json
+import math
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
+
+
+def finite_or_none(obj: Any) -> Any:
+  """`obj` with every non-finite float (NaN, ±inf) replaced by None, recursively."""
+  if isinstance(obj, (float, np.floating)):
+    return float(obj) if math.isfinite(obj) else None
+  if isinstance(obj, dict):
+    return {k: finite_or_none(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [finite_or_none(v) for v in obj]
+  return obj
+
+
+def strict_json(obj: Any, **kwargs) -> str:
+  """`json.dumps` of `obj` as strict JSON: a non-finite number is written null.
+
+  Python's `json` writes NaN and Infinity, which strict parsers (JavaScript,
+  jq, Go, serde) refuse; every file of a run and a report is written
+  through this.
+
+  Example:
+    >>> strict_json({"loss": float("nan"), "time": [1.5, float("inf")]})
+    '{"loss": null, "time": [1.5, null]}'
+  """
+  return json.dumps(finite_or_none(obj), allow_nan=False, **kwargs)
 
 
 class WorkerReady(NamedTuple):

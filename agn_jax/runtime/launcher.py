@@ -129,6 +129,9 @@ def train(config: TrainConfig,
   lock = workdir_lib.lock_workdir(config.workdir, create=not config.resume,
                                   owner=" ".join(sys.argv) or "train()")
   try:
+    # A run killed with its resource tracker (kill -9 of its process group)
+    # left its segments and semaphores behind; the lock says it is gone.
+    backend_lib.unlink_dead_run_leftovers(config.workdir)
     if config.resume:
       _check_resume(config)
     elif set(workdir_lib.entries(config.workdir)) & set(workdir_lib.RUN_ENTRIES):

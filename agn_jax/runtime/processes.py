@@ -181,7 +181,8 @@ class ProcessesBackend(backend_lib.ServerBackend):
 
   def _pids_extra(self):
     return {"shm_segments": [*self.transport.names, self.data.name,
-                             self.switches.name]}
+                             self.switches.name],
+            "semaphores": shm.semaphore_names(self.queue, self.transport)}
 
   def _end_parts(self):
     deadline = time.monotonic() + backend_lib.GRACE_SECONDS

@@ -11,7 +11,7 @@ import mmap
 import os
 import secrets
 import time
-from typing import Dict, Mapping, NamedTuple, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 import _posixshmem
 import numpy as np
@@ -113,6 +113,49 @@ class Segment:
       from multiprocess import resource_tracker
       resource_tracker.unregister("/" + self.name, "shared_memory")
       self._tracked = False
+
+
+def semaphore_names(*objects) -> List[str]:
+  """The names of the named semaphores that `objects` hold (locks, queues, semaphores of `multiprocess`).
+
+  A spawn-context semaphore lives in /dev/shm (`sem.mp-...`) until its
+  resource tracker unlinks it; a run killed with its tracker leaves it
+  there, so pids.json records the names (`unlink_leftovers`).
+  """
+  names = []
+  for obj in objects:
+    for part in [obj, *vars(obj).values()]:
+      name = getattr(getattr(part, "_semlock", None), "name", None)
+      if isinstance(name, str) and name not in names:
+        names.append(name)
+  return names
+
+
+def unlink_leftovers(segments: Sequence[str] = (),
+                     semaphores: Sequence[str] = ()) -> List[str]:
+  """Unlinks the segments and semaphores a dead run left in /dev/shm; returns those that were there.
+
+  Only names a run recorded as its own (pids.json) and never one of this
+  package's prefix that another live run might hold: the caller checks that
+  every process of that run is gone first.
+  """
+  import _multiprocess  # pylint: disable=g-import-not-at-top
+  removed = []
+  for name in segments:
+    if isinstance(name, str) and name.startswith(_PREFIX):
+      try:
+        _posixshmem.shm_unlink("/" + name)
+        removed.append(name)
+      except OSError:
+        pass
+  for name in semaphores:
+    if isinstance(name, str) and name.startswith("/mp-"):
+      try:
+        _multiprocess.sem_unlink(name)
+        removed.append(name)
+      except OSError:
+        pass
+  return removed
 
 
 class ArraySpec(NamedTuple):

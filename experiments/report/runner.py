@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional
 
+from agn_jax.runtime import events
 from experiments import flags as flags_lib
 from experiments import sweep as sweep_lib
 from experiments.report import design
@@ -72,7 +73,8 @@ class Study:
 
   def save(self) -> None:
     os.makedirs(self.dir, exist_ok=True)
-    sweep_lib.write_report(self.path, json.dumps(self.data, indent=2) + "\n")
+    sweep_lib.write_report(self.path,
+                           events.strict_json(self.data, indent=2) + "\n")
 
 
 def where() -> Dict[str, str]:
