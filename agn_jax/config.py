@@ -16,6 +16,7 @@ Ask the owner; this module keeps no copy.
 import dataclasses
 import importlib
 import math
+import os
 from typing import (Any, Callable, ClassVar, Dict, Mapping, NamedTuple,
                     Optional, Tuple)
 
@@ -85,6 +86,26 @@ def missing_extra(what: str, module: str, extra: str) -> Optional[str]:
     pass  # A parent package missing, or a module set to None: not there.
   return (f"{what} needs {module}, which is not installed; "
           f"pip install '{extra}'")
+
+
+def directory_error(path: str, named: str) -> Optional[str]:
+  """Why `path` cannot be (or become) a writable directory, in one line starting with `named`; None if it can.
+
+  Example:
+    >>> directory_error("/etc/hostname/cache", "AGN_JAX_CACHE_DIR=/etc/hostname/cache")
+    'AGN_JAX_CACHE_DIR=/etc/hostname/cache: /etc/hostname is a file, not a directory'
+  """
+  if not path:
+    return None
+  path = os.path.abspath(os.path.expanduser(path))
+  existing = path
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    return f"{named}: {existing} is a file, not a directory"
+  if not os.access(existing, os.W_OK | os.X_OK):
+    return f"{named}: {existing} is not writable"
+  return None
 
 
 def finite(accepts: str) -> Check:
@@ -589,6 +610,15 @@ class ServerOptions(BackendOptions):
       "node); default $AGN_JAX_CACHE_DIR or ~/.cache/agn_jax/jax_cache; "
       "empty: none.")
 
+  def fit_error(self) -> Optional[str]:
+    """Why the compilation cache cannot be used (`directory_error`), or None."""
+    env = os.environ.get("AGN_JAX_CACHE_DIR")
+    if self.cache_dir is not None:
+      return directory_error(self.cache_dir, f"--cache_dir={self.cache_dir}")
+    if env:
+      return directory_error(env, f"AGN_JAX_CACHE_DIR={env}")
+    return None
+
 
 @register_options("processes")
 @dataclasses.dataclass(frozen=True)
@@ -673,8 +703,9 @@ class RayOptions(ServerOptions):
       "host:port.")
 
   def fit_error(self) -> Optional[str]:
-    """Why the ray backend cannot run here: Ray not installed (`missing_extra`)."""
-    return missing_extra("--backend=ray", "ray", "agn-jax[ray]")
+    """Why the ray backend cannot run here: Ray not installed (`missing_extra`), or the cache's error."""
+    return (missing_extra("--backend=ray", "ray", "agn-jax[ray]") or
+            super().fit_error())
 
 
 def setting_names() -> Tuple[str, ...]:

