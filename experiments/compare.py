@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from absl import app
 from absl import flags
 import numpy as np
+import tqdm
 
 from agn_jax import config as config_lib
 from agn_jax import metrics
@@ -321,9 +322,34 @@ def _budget_text(value) -> str:
       value, float) else str(value)
 
 
+# `--pairs`: which pairs of runs get an E. Every pair is n(n - 1)/2 of them
+# (45 for 10 runs, 2 million for 2,000); past ALL_PAIRS_UP_TO runs `auto`
+# takes the first run as the reference of every other, as a sweep does.
+PAIRS = ("auto", "all", "first")
+PROGRESS_FROM = 100  # Runs from which reading them shows a progress bar.
+ALL_PAIRS_UP_TO = 10
+
+
+def chosen_pairs(n: int, pairs: str = "auto") -> List[Tuple[int, int]]:
+  """The (a, b) index pairs that get an E among `n` runs (`PAIRS`).
+
+  Example:
+    >>> chosen_pairs(3), chosen_pairs(3, "first")
+    ([(0, 1), (0, 2), (1, 2)], [(0, 1), (0, 2)])
+    >>> len(chosen_pairs(2000))
+    1999
+  """
+  if pairs not in PAIRS:
+    raise ValueError(f"--pairs accepts {', '.join(PAIRS)}, got {pairs!r}")
+  if pairs == "all" or (pairs == "auto" and n <= ALL_PAIRS_UP_TO):
+    return list(itertools.combinations(range(n), 2))
+  return [(0, j) for j in range(1, n)]
+
+
 def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
                time_base: str = "auto",
-               curve: str = EFFICIENCY_CURVES[0]) -> Dict[str, object]:
+               curve: str = EFFICIENCY_CURVES[0],
+               pairs: str = "auto") -> Dict[str, object]:
   """Everything `compare` reports, as a JSON-ready dict.
 
   Args:
@@ -331,6 +357,7 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
     window: seconds of the training-accuracy window (`efficiency`).
     time_base: one of `TIME_BASES`.
     curve: E train's curve, one of `EFFICIENCY_CURVES`.
+    pairs: which pairs get an E (`chosen_pairs`).
 
   Returns:
     `{"time_base", "time_base_description", "efficiency_curve",
@@ -387,11 +414,11 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
                 f"{r['name']}: {_budget_text(r['data_budget'][key])}"
                 for r in per_run) + ")" for key in differing) +
         "; E compares runs that saw different data")
-  pairs = []
-  for (i, a), (j, b) in itertools.combinations(enumerate(runs), 2):
-    e = efficiency(a, b, window, base, curve)
-    pairs.append({"a": names[i], "b": names[j], "test": e["test"],
-                  "train": e["train"]})
+  chosen = []
+  for i, j in chosen_pairs(len(runs), pairs):
+    e = efficiency(runs[i], runs[j], window, base, curve)
+    chosen.append({"a": names[i], "b": names[j], "test": e["test"],
+                   "train": e["train"]})
   return {"time_base": base,
           "time_base_description": curves.TIME_BASE_DESCRIPTIONS[base],
           "efficiency_curve": curve, "efficiency_window": window,
@@ -400,7 +427,7 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
           "convergence_rule": metrics.CONVERGENCE_RULE, "runs": per_run,
           "same_time_base": same_base, "same_budget": same,
           "differing_budget": differing, "warnings": warnings,
-          "pairs": pairs}
+          "pairs": chosen}
 
 
 def comparison_table(runs: Sequence[Run],
@@ -458,13 +485,16 @@ def main(argv):
         program, "give two or more run directories: "
         "python -m experiments.compare RUN_A RUN_B [RUN_C ...]", status=2)
   try:
-    runs = [read_run(d) for d in run_dirs]
+    # Many runs (a sweep's, a study's) take seconds to read: say how far.
+    runs = [read_run(d) for d in tqdm.tqdm(
+        run_dirs, desc="reading runs", unit="run", leave=False,
+        disable=len(run_dirs) < PROGRESS_FROM)]
   except RunDirError as e:
     flags_lib.exit_with_error(program, e)
   window = flags.FLAGS.efficiency_window
   try:
     report = comparison(runs, window, flags.FLAGS.time_base,
-                        flags.FLAGS.efficiency_curve)
+                        flags.FLAGS.efficiency_curve, flags.FLAGS.pairs)
   except ValueError as e:
     flags_lib.exit_with_error(program, f"--time_base={flags.FLAGS.time_base}: "
                               f"{e}", status=2)
@@ -519,6 +549,11 @@ def _define_flags():
       "wall (since train() began, start-up included), simulated (simulated "
       "seconds), or auto: simulated when every run has simulated times, "
       "else training.")
+  flags.DEFINE_enum(
+      "pairs", "auto", list(PAIRS),
+      "Which pairs of runs get an E: all (every pair: n(n-1)/2 of them), "
+      "first (the first run against each other one) or auto: all for up to "
+      f"{ALL_PAIRS_UP_TO} runs, else first.")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ Each commit row also carries every local step's training accuracy
 `step_curve` gives every step of every worker its time from them.
 """
 
+import collections
 import json
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -490,7 +491,8 @@ def commit_times(run: Run, time_base: str = "training") -> np.ndarray:
 def labels(runs: Sequence[Run]) -> List[str]:
   """Distinct short labels: the base names, numbered where they repeat."""
   names = [run.name for run in runs]
-  return [f"{name} ({i + 1})" if names.count(name) > 1 else name
+  counts = collections.Counter(names)
+  return [f"{name} ({i + 1})" if counts[name] > 1 else name
           for i, name in enumerate(names)]
 
 

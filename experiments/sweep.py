@@ -171,14 +171,22 @@ def cell_action(workdir: str) -> str:
 
 
 def move_aside(workdir: str) -> str:
-  """Renames a failed run's workdir to `<workdir>.failed-<k>`; returns the new name."""
-  k = 1
-  while True:
-    target = f"{workdir}.failed-{k}"
-    if not os.path.lexists(target):
-      os.rename(workdir, target)
-      return target
-    k += 1
+  """Renames a failed run's workdir to `<workdir>.failed-<k>`; returns the new name.
+
+  Only while holding the run's own lock: a workdir a live run holds is
+  never moved.
+
+  Raises:
+    WorkdirBusy: a live run holds `workdir`.
+  """
+  with workdir_lib.lock_workdir(workdir, create=False, owner="move aside"):
+    k = 1
+    while True:
+      target = f"{workdir}.failed-{k}"
+      if not os.path.lexists(target):
+        os.rename(workdir, target)
+        return target
+      k += 1
 
 
 def _read(workdir: str) -> Optional[compare.Run]:
@@ -598,7 +606,8 @@ def main(argv):
   try:
     # One sweep per directory: a second one (say, two --resume at once)
     # would run the same cells twice.
-    lock = workdir_lib.lock_workdir(sweep_dir, create=True, owner=command)
+    lock = workdir_lib.lock_workdir(sweep_dir, create=True, owner=command,
+                                    flag="--sweep_dir")
   except (WorkdirError, WorkdirBusy) as e:
     flags_lib.exit_with_error(program, e, status=2)
   with lock:
@@ -638,7 +647,12 @@ def _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
                    workdir)
       continue
     if action == "restart":
-      moved = move_aside(workdir)
+      try:
+        moved = move_aside(workdir)
+      except (WorkdirBusy, WorkdirError) as e:  # A run of its own holds it.
+        failed[cell] = " ".join(str(e).split())
+        update_report()
+        continue
       logging.warning("[%d/%d] %s failed before its first checkpoint; its "
                       "files are in %s, running it again", index, len(cells),
                       workdir, moved)

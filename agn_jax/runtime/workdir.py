@@ -133,7 +133,8 @@ class WorkdirLock:
     return f"WorkdirLock({self.path!r}, held={self.held})"
 
 
-def lock_workdir(path: str, create: bool, *, owner: str) -> WorkdirLock:
+def lock_workdir(path: str, create: bool, *, owner: str,
+                 flag: str = "--workdir") -> WorkdirLock:
   """Takes the exclusive lock of the workdir `path` for this process.
 
   Args:
@@ -143,6 +144,8 @@ def lock_workdir(path: str, create: bool, *, owner: str) -> WorkdirLock:
     create: whether to create `path`.
     owner: the command line of this run, recorded in the lock file so a
       second run can say who holds the workdir.
+    flag: the flag that names `path`, for the busy message (a sweep's
+      `--sweep_dir`, a study's `--study_dir`).
 
   Returns:
     The held lock (a context manager).
@@ -188,7 +191,7 @@ def lock_workdir(path: str, create: bool, *, owner: str) -> WorkdirLock:
           raise WorkdirBusy(
               f"workdir {path} is in use by another run: "
               f"{describe(_read_holder(dir_fd))}; wait for it to end or "
-              "choose another --workdir") from None
+              f"choose another {flag}") from None
         raise WorkdirError(f"cannot lock workdir {path}: {_reason(e)}") from None
       # The holder we waited on may have unlinked this file on release:
       # only the file the name points to now is the lock.

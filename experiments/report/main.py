@@ -12,6 +12,8 @@ import sys
 from absl import flags
 from absl import logging
 
+from agn_jax.errors import WorkdirBusy, WorkdirError
+from agn_jax.runtime import workdir as workdir_lib
 from experiments import compare
 from experiments import flags as flags_lib
 from experiments import sweep as sweep_lib
@@ -67,16 +69,35 @@ def main(argv):
   # line is the train CLI's. -v (--verbosity) brings them back.
   if not FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
   p = design.preset(FLAGS.preset)
   study_dir = FLAGS.study_dir or os.path.join("runs", f"report-{p.name}")
+  if os.path.lexists(study_dir) and not os.path.isdir(study_dir):
+    flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} is a file",
+                              status=2)
+  if FLAGS.report_only and not os.path.isdir(study_dir):
+    flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} holds no "
+                              f"study ({runner.STUDY_FILE}); run one first",
+                              status=2)
+  # One study per directory, as one run per workdir: a second report would
+  # move the first one's live runs aside and share its ledger.
+  try:
+    lock = workdir_lib.lock_workdir(
+        study_dir, create=not FLAGS.report_only, owner=shlex.join(sys.argv),
+        flag="--study_dir")
+  except (WorkdirBusy, WorkdirError) as e:
+    flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir}: {e}",
+                              status=2)
+  with lock:
+    _main(p, study_dir)
+
+
+def _main(p, study_dir):
+  """The study in `study_dir`, whose lock this process holds."""
+  from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
   output_dir = FLAGS.output_dir or (
       os.path.join(study_dir, "results") if p.name == "quick" else
       os.path.join("experiments", "results", "beyond") if p.name == "beyond"
       else os.path.join("experiments", "results"))
-  if os.path.lexists(study_dir) and not os.path.isdir(study_dir):
-    flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} is a file",
-                              status=2)
   try:
     study = runner.Study(study_dir)
   except flags_lib.UsageError as e:

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional
 
+from agn_jax.errors import WorkdirBusy, WorkdirError
 from agn_jax.runtime import events
 from experiments import flags as flags_lib
 from experiments import sweep as sweep_lib
@@ -140,7 +141,10 @@ def run_one(run: design.RunSpec, study: Study, p: design.Preset,
     _drop_checkpoints(path)
     return None
   if action == "restart":
-    sweep_lib.move_aside(path)
+    try:
+      sweep_lib.move_aside(path)
+    except (WorkdirBusy, WorkdirError) as e:  # A run of its own holds it.
+      return " ".join(str(e).split())
   start, cpu_start = time.monotonic(), cpu_seconds()
   failure = None
   command = ["python", "-m", "experiments.train", *run.argv(),
