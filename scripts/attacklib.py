@@ -34,17 +34,18 @@ class Failed(Exception):
   """An attack's check failed; the message says which."""
 
 
-def child_env():
-  env = dict(os.environ)
+def child_env(extra: Optional[Dict[str, str]] = None):
+  env = dict(os.environ, **(extra or {}))
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
   env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   return env
 
 
-def start(module: str, *args: str, cwd: str = REPO) -> subprocess.Popen:
+def start(module: str, *args: str, cwd: str = REPO,
+          env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
   # A session of its own, so a hang is killed with all its children.
   return subprocess.Popen([sys.executable, "-m", f"experiments.{module}",
-                           *args], cwd=cwd, env=child_env(), text=True,
+                           *args], cwd=cwd, env=child_env(env), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           start_new_session=True)
 
@@ -67,8 +68,34 @@ def kill_group(proc):
 
 
 def cli(module: str, *args: str, cwd: str = REPO,
-        deadline: float = DEADLINE) -> Result:
-  return finish(start(module, *args, cwd=cwd), deadline)
+        deadline: float = DEADLINE,
+        env: Optional[Dict[str, str]] = None) -> Result:
+  return finish(start(module, *args, cwd=cwd, env=env), deadline)
+
+
+def expect_exit_2_naming(result: Result, program: str, *names: str) -> str:
+  """A bad command line: exit 2, one error line that names each of `names`."""
+  line = expect_one_line_error(result, program)
+  if result.rc != 2:
+    raise Failed(f"exit {result.rc}, not 2: {line}")
+  missing = [n for n in names if n not in line]
+  if missing:
+    raise Failed(f"does not name {', '.join(missing)}: {line}")
+  return line
+
+
+def without_module(root: str, module: str) -> Dict[str, str]:
+  """An environment in which `module` cannot be imported, as when it is not installed.
+
+  A sitecustomize.py on PYTHONPATH sets `sys.modules[module] = None`, which
+  is what Python itself does for a module known to be absent: `import`
+  raises ImportError and `importlib.util.find_spec` finds nothing.
+  """
+  directory = os.path.join(root, f"without_{module}")
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "sitecustomize.py"), "w") as f:
+    f.write(f"import sys\nsys.modules[{module!r}] = None\n")
+  return {"PYTHONPATH": directory + os.pathsep + REPO}
 
 
 def lines_of(text: str) -> List[str]:

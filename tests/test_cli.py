@@ -227,7 +227,7 @@ def test_bad_flag_inside_flagfile(tmp_path):
   assert "no_such_flag" in line and str(flagfile) in line
   flagfile.write_text("--num_workers=-3\n")
   line = assert_one_line_error(train(f"--flagfile={flagfile}"))
-  assert "--num_workers" in line and ">= 1" in line
+  assert "--num_workers" in line and "[1, 2147483647]" in line
 
 
 @pytest.mark.parametrize("program", ["train", "compare", "sweep", "report"])

@@ -371,3 +371,58 @@ def test_replay_schedule():
 def test_message_seconds():
   assert cluster.message_seconds(1e6, math.inf, 0.5) == 0.0005
   assert cluster.message_seconds(1.25e8, 10.0, 0.0) == pytest.approx(0.1)
+
+
+def _trace_dir(tmp_path, rows, num_workers=2):
+  run = tmp_path / "trace"
+  run.mkdir()
+  (run / "config.json").write_text(json.dumps(
+      {"communication_window": 2, "num_workers": num_workers}))
+  (run / "metrics.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows))
+  return run
+
+
+def _commit(worker=0, time=1.0, start=0.0, end=0.5):
+  return {"event": "commit", "worker": worker, "time": time,
+          "window_start": start, "window_end": end}
+
+
+@pytest.mark.parametrize("bad,named", [
+    (dict(worker=None), "line 2: worker is null"),
+    (dict(worker=-5), "line 2: worker is -5"),
+    (dict(worker=1000000000), "line 2: worker is 1000000000"),
+    (dict(worker=True), "line 2: worker is true"),
+    (dict(time="abc"), 'line 2: time is "abc"'),
+    (dict(end=float("inf")), "line 2: Infinity is not a finite number"),
+    (dict(start=float("nan")), "line 2: NaN is not a finite number"),
+])
+def test_a_bad_trace_row_names_its_file_line_and_field(tmp_path, bad, named):
+  run = _trace_dir(tmp_path, [_commit(), _commit(**bad)])
+  with pytest.raises(ValueError) as caught:
+    cluster.parse_speed_model(f"trace:{run}")
+  message = str(caught.value)
+  assert message.startswith(f"--speed_model=trace:{run}: "
+                            f"{run / 'metrics.jsonl'}, {named}"), message
+  assert "\n" not in message
+
+
+def test_a_trace_row_cut_short_at_the_end_is_skipped_elsewhere_refused(
+    tmp_path):
+  run = _trace_dir(tmp_path, [_commit(0, 1.0, 0.0, 0.5),
+                              _commit(1, 2.0, 0.5, 1.5)])
+  with open(run / "metrics.jsonl", "a") as f:
+    f.write('{"event": "commit", "wor')  # A kill mid-row.
+  # Steps of 0.25 s and 0.5 s (λ = 2), read as written.
+  assert [t.tolist() for t in cluster.read_trace(str(run))] == [[0.25], [0.5]]
+  text = (run / "metrics.jsonl").read_text()
+  (run / "metrics.jsonl").write_text('{"cut\n' + text)
+  with pytest.raises(ValueError, match="line 1: not a JSON object"):
+    cluster.parse_speed_model(f"trace:{run}")
+
+
+def test_a_binary_trace_is_named(tmp_path):
+  run = _trace_dir(tmp_path, [_commit()])
+  (run / "metrics.jsonl").write_bytes(b'{"event": "x"}\n\xb1\xff\n')
+  with pytest.raises(ValueError, match=r"metrics.jsonl, line 2: not UTF-8"):
+    cluster.parse_speed_model(f"trace:{run}")

@@ -6,6 +6,7 @@ config module.
 
 import dataclasses
 import json
+import sys
 
 import pytest
 from absl import flags
@@ -250,3 +251,36 @@ def test_a_simulated_run_resumes_from_its_record(tmp_path):
   assert summary["simulation"]["time_model"]["speed_model"] == "speeds:1,2"
   assert json.loads((workdir / "config.json").read_text())["cluster"] == (
       "paper")
+
+
+def test_a_missing_extra_and_an_impossible_cache_are_refused_by_validate(
+    tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "ray", None)  # As when not installed.
+  with pytest.raises(ValueError) as caught:
+    TrainConfig(backend="ray", options=RayOptions()).validate()
+  assert str(caught.value) == ("--backend=ray needs ray, which is not "
+                               "installed; pip install 'agn-jax[ray]'")
+  regular = tmp_path / "file"
+  regular.write_text("x")
+  monkeypatch.setenv("AGN_JAX_CACHE_DIR", str(regular / "cache"))
+  with pytest.raises(ValueError) as caught:
+    TrainConfig().validate()
+  assert str(caught.value) == (f"AGN_JAX_CACHE_DIR={regular}/cache: "
+                               f"{regular} is a file, not a directory")
+  monkeypatch.setenv("AGN_JAX_CACHE_DIR", str(tmp_path / "new" / "cache"))
+  TrainConfig().validate()  # Missing directories are created later.
+
+
+@pytest.mark.parametrize("settings,message", [
+    (dict(server_every=2**31), "server_every accepts an integer in "
+     "[1, 2147483647], got 2147483648"),
+    (dict(seed=-1), "seed accepts an integer in [0, 2147483647], got -1"),
+    (dict(num_workers=4, backend="simulated",
+          options=SimulatedOptions(speed_model="speeds:1,2")),
+     "--speed_model=speeds:1,2 gives 2 speeds, one for each worker of "
+     "--num_workers=4"),
+])
+def test_numbers_out_of_range_are_refused_by_validate(settings, message):
+  with pytest.raises(ValueError) as caught:
+    TrainConfig(**settings).validate()
+  assert str(caught.value) == message

