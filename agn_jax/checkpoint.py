@@ -513,6 +513,9 @@ def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
                 progress: Sequence[int], num_examples: Optional[int],
                 where: str) -> None:
   """The checkpoint's run and this one agree where they must; its progress fits this run."""
+  # A setting newer than the checkpoint had its default then.
+  saved = {k: saved.get(k, config_lib.setting_field(k).default)
+           for k in RESUME_MUST_MATCH}
   differ = [k for k in RESUME_MUST_MATCH if saved.get(k) != config.get(k)]
   if differ:
     was = ", ".join(f"{k}={saved.get(k)!r}" for k in differ)

@@ -308,6 +308,16 @@ class TrainConfig:
       None, "Examples to generate (synthetic, mnist1d) or cap on the "
       "training examples (digits, mnist); default: the dataset's own.",
       check=POSITIVE_INT.or_unset(), budget=True, resume_fixed=True)
+  data_assignment: str = setting(
+      "shards", "How the training set reaches the workers: shards (each "
+      "worker cycles one fixed 1/n of it, reshuffled every pass; the default, "
+      "as every run so far, so their resumes and comparisons hold) or "
+      "epoch_slices (every epoch a fresh seeded permutation of the whole set "
+      "cut into n equal slices, one a worker: what the thesis' dist-keras "
+      "ran and what PyTorch's DistributedSampler.set_epoch does; the "
+      "paper's configurations use it). The sample budget is the same.",
+      choices=lambda: importlib.import_module("agn_jax.shares").ASSIGNMENTS,
+      resume_fixed=True)
   model: str = setting("mlp", "Model.",
                        choices=_names("agn_jax.models", "MODELS"),
                        budget=True, resume_fixed=True, cost=True)

@@ -156,3 +156,108 @@ class BatchSampler:
       self._pos += t
       k -= t
     return np.concatenate(parts)
+
+
+# How the training set reaches the workers (`TrainConfig.data_assignment`).
+ASSIGNMENTS = ("shards", "epoch_slices")
+
+
+class ShardSampler:
+  """`shards`: worker k cycles its one fixed contiguous shard, reshuffled every pass (`BatchSampler`).
+
+  Indices are into the whole training set.
+
+  Example:
+    >>> import numpy as np
+    >>> s = ShardSampler(10, num_workers=2, worker=1, seed=0)
+    >>> sorted(s.take(5).tolist())
+    [5, 6, 7, 8, 9]
+  """
+
+  def __init__(self, num_examples: int, num_workers: int, worker: int,
+               seed: int):
+    self.start, stop = shard_bounds(num_examples, num_workers, worker)
+    self._sampler = BatchSampler(stop - self.start,
+                                 np.random.default_rng([seed, worker]))
+
+  def skip(self, k: int) -> None:
+    """Advances past `k` samples, exactly as `take(k)` would."""
+    self._sampler.skip(k)
+
+  def take(self, k: int) -> np.ndarray:
+    """The next `k` sample indices."""
+    return self._sampler.take(k) + self.start
+
+
+class EpochSliceSampler:
+  """`epoch_slices`: every epoch a fresh seeded permutation of the whole set, cut into n equal slices; worker k takes slice k.
+
+  What the thesis' dist-keras did (the union of `num_epoch` copies of the
+  data, repartitioned over the workers) and what PyTorch's
+  `DistributedSampler.set_epoch` does: over the run a worker sees the whole
+  set, not one shard again and again. Every worker sees the same
+  permutation of an epoch (it depends on the seed and the epoch only), so
+  the slices of an epoch are disjoint and cover the set. A worker's
+  samples run on from one epoch's slice into the next one's; its share is
+  the same whole windows as with `shards`, so the sample budget is the
+  same in every mode.
+
+  Example:
+    >>> import numpy as np
+    >>> a = EpochSliceSampler(10, num_workers=2, worker=0, seed=0)
+    >>> b = EpochSliceSampler(10, num_workers=2, worker=1, seed=0)
+    >>> sorted(a.take(5).tolist() + b.take(5).tolist())  # Epoch 0: all of it.
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+  """
+
+  def __init__(self, num_examples: int, num_workers: int, worker: int,
+               seed: int):
+    if num_examples < num_workers:
+      raise ValueError("a worker's slice is empty; use fewer workers")
+    self._n, self._seed = num_examples, seed
+    self._bounds = shard_bounds(num_examples, num_workers, worker)
+    self._epoch = 0
+    self._slice = self._slice_of(0)
+    self._pos = 0
+
+  def _slice_of(self, epoch: int) -> np.ndarray:
+    start, stop = self._bounds
+    order = np.random.default_rng([self._seed, 1 << 20, epoch]).permutation(
+        self._n)
+    return order[start:stop]
+
+  def _next(self, k: int, keep: bool) -> np.ndarray:
+    parts = []
+    while k > 0:
+      if self._pos == len(self._slice):
+        self._epoch += 1
+        self._slice, self._pos = self._slice_of(self._epoch), 0
+      t = min(k, len(self._slice) - self._pos)
+      if keep:
+        parts.append(self._slice[self._pos:self._pos + t])
+      self._pos += t
+      k -= t
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+  def skip(self, k: int) -> None:
+    """Advances past `k` samples, exactly as `take(k)` would."""
+    self._next(k, keep=False)
+
+  def take(self, k: int) -> np.ndarray:
+    """The next `k` sample indices."""
+    return self._next(k, keep=True)
+
+
+def sampler(assignment: str, num_examples: int, num_workers: int,
+            worker: int, seed: int):
+  """Worker `worker`'s sampler under `assignment` (one of `ASSIGNMENTS`): `take(k)` gives indices into the whole set.
+
+  Raises:
+    ValueError: an unknown assignment, or an empty share.
+  """
+  if assignment == "shards":
+    return ShardSampler(num_examples, num_workers, worker, seed)
+  if assignment == "epoch_slices":
+    return EpochSliceSampler(num_examples, num_workers, worker, seed)
+  raise ValueError(f"data_assignment must be one of {', '.join(ASSIGNMENTS)}, "
+                   f"got {assignment!r}")

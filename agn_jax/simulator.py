@@ -97,11 +97,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
 from agn_jax import build, cluster as cluster_lib, kernel as kernel_lib
-from agn_jax import models, strategies
+from agn_jax import models, shares, strategies
 from agn_jax.config import SimulatedOptions
 from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
 from agn_jax.flat import FlatLayout
-from agn_jax.shares import (BatchSampler, Windows, local_updates,
+from agn_jax.shares import (Windows, local_updates,
                             shard_bounds, windows_per_worker)
 
 AXIS = "workers"
@@ -391,7 +391,8 @@ class Simulation:
                 commit_order=commit_order,
                 workers_per_call=options.workers_per_call, mesh=mesh,
                 apply_fn=model.apply,
-                dynamic_local_updates=config.dynamic_local_updates)
+                dynamic_local_updates=config.dynamic_local_updates,
+                data_assignment=config.data_assignment)
 
   @classmethod
   def from_parts(cls, strategy: strategies.Strategy, loss_fn, initial_center,
@@ -401,7 +402,8 @@ class Simulation:
                  commit_order: Optional[Sequence] = None,
                  workers_per_call=None, mesh=None,
                  apply_fn=None,
-                 dynamic_local_updates: bool = False) -> "Simulation":
+                 dynamic_local_updates: bool = False,
+                 data_assignment: str = "shards") -> "Simulation":
     """A simulation of any strategy and loss, without a `TrainConfig`.
 
     Args:
@@ -423,6 +425,8 @@ class Simulation:
       dynamic_local_updates: each worker's windows are λ_k steps, in
         proportion to its speed on the time model (see the module
         docstring).
+      data_assignment: how the samples reach the workers
+        (`agn_jax.shares.ASSIGNMENTS`).
 
     Returns:
       The `Simulation`.
@@ -448,12 +452,14 @@ class Simulation:
                seed=seed, time_model=lambda work: time_model,
                commit_order=commit_order, workers_per_call=workers_per_call,
                mesh=mesh, apply_fn=apply_fn,
-               dynamic_local_updates=dynamic_local_updates)
+               dynamic_local_updates=dynamic_local_updates,
+               data_assignment=data_assignment)
     return sim
 
   def _setup(self, strategy, loss_fn, initial_center, x_train, y_train, *,
              num_workers, batch_size, epochs, seed, time_model, commit_order,
-             workers_per_call, mesh, apply_fn, dynamic_local_updates=False):
+             workers_per_call, mesh, apply_fn, dynamic_local_updates=False,
+             data_assignment="shards"):
     n = num_workers
     # `from_parts` takes n, the batch size and k from its caller, not from a
     # validated config.
@@ -470,6 +476,8 @@ class Simulation:
     self.communication_window = lam = strategy.communication_window
     self.batch_size = batch_size
     self.seed = seed
+    self.data_assignment = data_assignment
+    self._num_examples = len(x_train)
     self.num_windows = windows_per_worker(len(x_train), n, epochs, lam,
                                           batch_size)
     self._bounds = [shard_bounds(len(x_train), n, k) for k in range(n)]
@@ -563,9 +571,9 @@ class Simulation:
 
   def _fresh_samplers(self):
     samplers = []
-    for k, (start, stop) in enumerate(self._bounds):
-      sampler = BatchSampler(stop - start,
-                             np.random.default_rng([self.seed, k]))
+    for k in range(self.num_workers):
+      sampler = shares.sampler(self.data_assignment, self._num_examples,
+                               self.num_workers, k, self.seed)
       # Where a restarted process worker resumes: its share so far, skipped.
       sampler.skip(self.windows.steps_before(k, self._windows_run[k]) *
                    self.batch_size)
@@ -809,9 +817,8 @@ class Simulation:
     for k in np.flatnonzero(due):
       length = self.windows.steps(k, self._windows_run[k])
       lengths[k] = length
-      indices[k, :length] = (
-          self._samplers[k].take(length * batch).reshape(length, batch) +
-          self._bounds[k][0])
+      indices[k, :length] = self._samplers[k].take(length * batch).reshape(
+          length, batch)
     for i, c in enumerate(plan):
       order[i] = c.worker
     self._workers, self._center, self._server, out = self._round_fn(
@@ -963,7 +970,7 @@ class Simulation:
       `EventSchedule.state`) and `time_model` (`TimeModel.describe`, or a
       replay's rounds). The
       samplers are not stored: like a restarted process worker, `restore`
-      re-seeds each with `[seed, k]` and skips the samples of its
+      makes each anew from the seed (`shares.sampler`) and skips the samples of its
       `windows_run` windows; the speed draws are seeded per window.
     """
     meta = {

@@ -538,6 +538,11 @@ class RunBook:
         "commits_acknowledged": acknowledged,
         "worker_commits": [done[i].num_commits if i in done else None
                            for i in range(n)],
+        # Each worker's training samples over the whole run (its windows'
+        # local steps times the batch size), as `data_assignment` gave them.
+        "data_assignment": config.data_assignment,
+        "samples_per_worker": [done[i].num_samples if i in done else None
+                               for i in range(n)],
         "rejected_commits": rejected,
         "rejected_commits_per_worker": self.rejected_per_worker,
         "mean_staleness": (float(np.mean(self.staleness))

@@ -18,11 +18,12 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from agn_jax import shares
 from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
 from agn_jax.runtime import _child
 from agn_jax.runtime import events
 from agn_jax.runtime.transport import CommitMeta, WindowPlan
-from agn_jax.shares import BatchSampler, shard_bounds, windows_per_worker
+from agn_jax.shares import shard_bounds, windows_per_worker
 
 _POLL_SECONDS = 0.1
 
@@ -201,15 +202,17 @@ class _Worker:
     x, y = arrays["x_train"], arrays["y_train"]
     n = config.num_workers
     start, stop = shard_bounds(len(x), n, index)
-    x_shard, y_shard = x[start:stop], y[start:stop]
+    x_shard, y_shard = x[start:stop], y[start:stop]  # Shapes to compile.
     lam, batch = config.communication_window, config.batch_size
     # The share in local steps: whole windows of λ, with or without Dynamic
     # Local Updates (which cut it into windows of λ_k, the last shorter).
     share_steps = windows_per_worker(len(x), n, config.epochs, lam,
                                      batch) * lam
     dynamic = config.dynamic_local_updates
-    sampler = BatchSampler(len(x_shard),
-                           np.random.default_rng([config.seed, index]))
+    # Indices into the whole training set, as `data_assignment` hands
+    # them to this worker.
+    sampler = shares.sampler(config.data_assignment, len(x), n, index,
+                             config.seed)
     fns = worker_functions(strategy, loss_fn, layout)
     self.timeline["built"] = time.time()
 
@@ -254,8 +257,8 @@ class _Worker:
               params=jax.tree.map(lambda p: p * np.nan, state.params))
       steps = min(plan.local_updates or lam, share_steps - done)
       idx = sampler.take(steps * batch)
-      batches = (x_shard[idx].reshape(steps, batch, -1),
-                 y_shard[idx].reshape(steps, batch))
+      batches = (x[idx].reshape(steps, batch, -1),
+                 y[idx].reshape(steps, batch))
       started_window = time.time()
       if dynamic:
         # Padded to λ steps: one kernel for every length; the padding is
