@@ -666,8 +666,10 @@ class SimulatedOptions(BackendOptions):
       "once), random:SIGMA (each window's duration times exp(σz), drawn "
       "anew: fast windows lap slow ones), straggler:P:SLOWDOWN (a window is "
       "SLOWDOWN times longer with probability P), speeds:S0,S1,... (each "
-      "worker's speed) or trace:RUN_DIR (the window times of a processes "
-      "run; needs --cluster=this_host or paper).",
+      "worker's speed), trace:RUN_DIR (the window times of a processes "
+      "run; needs --cluster=this_host or paper) or thesis (the thesis' "
+      "cluster: random:0.26, fitted to its staleness histogram by "
+      "scripts/fit_cluster.py).",
       parse=lambda text: importlib.import_module(
           "agn_jax.cluster").parse_speed_model(text),
       accepts=lambda: ", ".join(importlib.import_module(

@@ -124,6 +124,21 @@ def wire_of(strategy, layout) -> Tuple[Tuple[int, str], ...]:
                for x in strategy.wire_spec(shapes))
 
 
+def _alive(pid: int) -> bool:
+  """Whether process `pid` runs (a zombie, killed and not yet reaped, does not)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rpartition(")")[2].split()[0] != "Z"
+  except (OSError, IndexError):
+    return True
+
+
 def unlink_dead_run_leftovers(workdir) -> List[str]:
   """Unlinks what an earlier run in `workdir` left in /dev/shm when it was killed with its tracker.
 
@@ -138,15 +153,9 @@ def unlink_dead_run_leftovers(workdir) -> List[str]:
   processes = [pids.get("server"), pids.get("evaluator"),
                *(pids.get("workers") or []),
                *(pids.get("restarted_workers") or [])]
-  for pid in processes:
-    if isinstance(pid, int) and pid > 0:
-      try:
-        os.kill(pid, 0)
-        return []  # Alive (or reused): leave everything as it is.
-      except ProcessLookupError:
-        pass
-      except PermissionError:
-        return []
+  if any(_alive(pid) for pid in processes
+         if isinstance(pid, int) and pid > 0):
+    return []  # Alive (or reused): leave everything as it is.
   return shm.unlink_leftovers(pids.get("shm_segments") or [],
                               pids.get("semaphores") or [])
 
