@@ -89,3 +89,31 @@ class Diverged(RuntimeError):
   def __init__(self, message: str, records: Sequence = ()):
     super().__init__(message)
     self.records = list(records)
+
+
+def check_rejected_in_a_row(rejected_in_a_row: int, worker=None,
+                            records: Sequence = ()) -> None:
+  """The one divergence guard of every backend's workers.
+
+  Args:
+    rejected_in_a_row: the worker's commits rejected in a row so far.
+    worker: its index, named in the message (None where the caller's role
+      names it already).
+    records: as `Diverged.records`.
+
+  Raises:
+    Diverged: `rejected_in_a_row` reached `MAX_REJECTED_IN_A_ROW`.
+
+  Example:
+    >>> check_rejected_in_a_row(2, worker=1)
+    >>> check_rejected_in_a_row(3, worker=1)
+    Traceback (most recent call last):
+    ...
+    agn_jax.errors.Diverged: worker 1: 3 commits in a row were non-finite and rejected, each from a fresh start at the center (diverged; lower --learning_rate?)
+  """
+  if rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
+    raise Diverged(
+        ("" if worker is None else f"worker {worker}: ") +
+        f"{rejected_in_a_row} commits in a row were non-finite and "
+        f"rejected, each from a fresh start at the center (diverged; lower "
+        f"--learning_rate?)", records)

@@ -99,7 +99,7 @@ import numpy as np
 from agn_jax import build, cluster as cluster_lib, kernel as kernel_lib
 from agn_jax import models, shares, strategies
 from agn_jax.config import SimulatedOptions
-from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
+from agn_jax.errors import check_rejected_in_a_row
 from agn_jax.flat import FlatLayout
 from agn_jax.shares import (Windows, local_updates,
                             shard_bounds, windows_per_worker)
@@ -861,13 +861,9 @@ class Simulation:
     self._round += 1
     self._num_commits += len(plan)
     self._simulated_time = max(self._simulated_time, records[-1].simulated_time)
-    failed = [k for k in range(n)
-              if self._rejected_in_a_row[k] >= MAX_REJECTED_IN_A_ROW]
-    if failed:
-      raise Diverged(
-          f"worker {failed[0]}: {self._rejected_in_a_row[failed[0]]} commits "
-          f"in a row were non-finite and rejected, each from a fresh start at "
-          f"the center (lower the learning rate?)", records)
+    for k in range(n):
+      check_rejected_in_a_row(self._rejected_in_a_row[k], worker=k,
+                              records=records)
     return records
 
   def lower_round(self):

@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from agn_jax import shares
-from agn_jax.errors import Diverged, MAX_REJECTED_IN_A_ROW
+from agn_jax.errors import check_rejected_in_a_row
 from agn_jax.runtime import _child
 from agn_jax.runtime import events
 from agn_jax.runtime.transport import CommitMeta, WindowPlan
@@ -289,11 +289,7 @@ class _Worker:
       if dynamic:  # Planned before the acknowledgement `_pull` waited for.
         plan = self.transport.window_plan(index)
       rejected_in_a_row = 0 if accepted else rejected_in_a_row + 1
-      if rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
-        raise Diverged(
-            f"{rejected_in_a_row} commits in a row were non-finite and "
-            f"rejected, each from a fresh start at the center (lower "
-            f"--learning_rate?)")
+      check_rejected_in_a_row(rejected_in_a_row)
       state = fns.receive(state, center, accepted)
     self._finish(commits, started, done)
 
