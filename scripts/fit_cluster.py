@@ -181,6 +181,9 @@ def main():
                       help="speed draws averaged per σ")
   parser.add_argument("--sigma_max", type=float, default=1.5)
   parser.add_argument("--sigma_step", type=float, default=0.01)
+  parser.add_argument("--paper_times", action=argparse.BooleanOptionalAction,
+                      default=True, help="also refit --cluster=paper's "
+                      "times (--no-paper_times: only the speed model)")
   parser.add_argument("--output", default=os.path.join(
       REPO, "experiments", "results", "cluster_fit.json"),
                       help="the JSON; the plot goes beside it (.png)")
@@ -227,7 +230,7 @@ def main():
       "run": {"cluster": "paper", "num_workers": NUM_WORKERS,
               "communication_window": WINDOW, "batch_size": BATCH,
               "epochs": EPOCHS, "commits": int(fitted_histogram.sum())},
-      "paper_times": refit_paper_times(),
+      "paper_times": refit_paper_times() if args.paper_times else None,
       "seeds": args.seeds,
       "sigma_grid": [float(sigmas[0]), float(sigmas[-1]), args.sigma_step],
       "seconds": round(time.monotonic() - started, 1),

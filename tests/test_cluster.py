@@ -445,7 +445,7 @@ def test_the_thesis_speed_model_is_the_committed_fit(tmp_path):
       cluster.THESIS_SPEED_MODEL)
   out = subprocess.run(
       [sys.executable, os.path.join(root, "scripts", "fit_cluster.py"),
-       "--seeds=1", "--sigma_step=0.1", "--sigma_max=0.5",
+       "--seeds=1", "--sigma_step=0.1", "--sigma_max=0.5", "--no-paper_times",
        f"--output={tmp_path / 'fit.json'}"], capture_output=True, text=True,
       check=True)
   result = json.loads(out.stdout)

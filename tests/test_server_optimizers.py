@@ -171,7 +171,7 @@ def test_a_bad_server_every_is_refused_before_anything_is_built():
   with pytest.raises(ValueError, match="server_every"):
     strategies.make_server_optimizer("nesterov", every=0)
   with pytest.raises(ValueError, match=r"^server_every accepts an integer "
-                     r">= 1, got 0$"):
+                     r"in \[1, 2147483647\], got 0$"):
     TrainConfig(server_every=0).validate()
 
 

@@ -181,7 +181,9 @@ def test_bad_worker_speeds_is_one_line(tmp_path):
                    "--speed_model=speeds:1,2",
                    f"--workdir={tmp_path / 'bad'}")
   line = assert_one_line_error(result)
-  assert "--speed_model=speeds:1,2 has 2 speeds for 3 workers" in line
+  assert ("--speed_model=speeds:1,2 gives 2 speeds, one for each worker of "
+          "--num_workers=3") in line
+  assert not (tmp_path / "bad").exists()
 
 
 @pytest.mark.parametrize("args,message", [
