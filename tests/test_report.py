@@ -241,7 +241,7 @@ def test_the_fraction_of_the_grid_needs_ten_cells():
   # 7 of 10: Wilson [0.397, 0.892], contains it but 49.5 points wide.
   assert claims.fraction_verdict(7, 10, 0.6735).startswith(
       claims.INCONCLUSIVE + " (interval wider")
-  # 33 of 49 (the thesis' own table): [0.533, 0.788], 25.5 points wide.
+  # 33 of 49 (the thesis' own table): [0.534, 0.788], 25.5 points wide.
   assert claims.fraction_verdict(33, 49, 0.6735) == claims.REPRODUCED
 
 
@@ -294,6 +294,14 @@ def test_about_98_is_the_median_over_cells():
   assert (verdict, median, above) == (claims.REPRODUCED, 0.981, 4)
   verdict, median, above = claims.about_98_verdict([0.97, 0.98, 0.96])
   assert (verdict, median, above) == (claims.NOT_REPRODUCED, 0.97, 1)
+
+
+def test_a_rejected_commit_counts_as_divergence():
+  from experiments.report.sections import downpour
+  assert downpour.classified("converged", 0) == "converged"
+  assert downpour.classified("converged", 1) == "diverged"
+  assert downpour.classified("diverged", 0) == "diverged"
+  assert downpour.classified("converged", None) == "converged"
 
 
 def test_time_rows_say_when_they_are_fitted_or_not_independent():

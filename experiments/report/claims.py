@@ -63,8 +63,9 @@ RULES = (
      "reproduced; else not reproduced (the simulator's round robin gives "
      "n − 1 by construction and is not evidence)."),
     ("downpour", "every seed at n = 10 classified converged and every seed at "
-     "n = 20 diverged by the divergence rule: reproduced; a seed classified "
-     "the other way: not reproduced; else inconclusive."),
+     "n = 20 diverged by the divergence rule (a rejected non-finite commit "
+     "counts as divergence: dist-keras applied it): reproduced; a seed "
+     "classified the other way: not reproduced; else inconclusive."),
     ("lambda", "inconclusive unless, at every n tested, a λ within 5 of the "
      "heuristic's value ran; then, over the n with at least two λ run at "
      "full budget, the heuristic's mean AGN accuracy at least that of "
