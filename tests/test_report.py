@@ -231,6 +231,93 @@ def test_accuracy_and_time_verdicts_follow_their_rules():
                            True).verdict.startswith(claims.INCONCLUSIVE)
 
 
+def test_the_fraction_of_the_grid_needs_ten_cells():
+  # 9 of 9 cells with E > 1: Wilson [0.701, 1.0] excludes 0.6735, yet only
+  # 9 cells, so inconclusive.
+  assert claims.fraction_verdict(9, 9, 0.6735).startswith(
+      claims.INCONCLUSIVE + " (9 cells < 10")
+  # 0 of 10: Wilson [0, 0.278] excludes 0.6735.
+  assert claims.fraction_verdict(0, 10, 0.6735) == claims.NOT_REPRODUCED
+  # 7 of 10: Wilson [0.397, 0.892], contains it but 49.5 points wide.
+  assert claims.fraction_verdict(7, 10, 0.6735).startswith(
+      claims.INCONCLUSIVE + " (interval wider")
+  # 33 of 49 (the thesis' own table): [0.534, 0.788], 25.5 points wide.
+  assert claims.fraction_verdict(33, 49, 0.6735) == claims.REPRODUCED
+
+
+def test_e_cell_by_cell_follows_its_rule():
+  one = results_lib.Estimate
+  # One seed: the sign of E − 1 decides.
+  assert claims.e_cell_verdict(one(1.2, None, 1), 1.05) == claims.REPRODUCED
+  assert claims.e_cell_verdict(one(0.9, None, 1), 0.8) == claims.REPRODUCED
+  assert claims.e_cell_verdict(one(0.9, None, 1),
+                               1.05) == claims.NOT_REPRODUCED
+  # Seeds: 1.1 ± 0.05 excludes 1; 1.1 ± 0.2 does not.
+  assert claims.e_cell_verdict(one(1.1, 0.05, 3), 1.3) == claims.REPRODUCED
+  assert claims.e_cell_verdict(one(1.1, 0.05, 3),
+                               0.7) == claims.NOT_REPRODUCED
+  assert claims.e_cell_verdict(one(1.1, 0.2, 3), 0.7).startswith(
+      claims.INCONCLUSIVE + " (the seeds' interval")
+  # E test needs 20 evaluations a run.
+  assert claims.e_cell_verdict(one(1.2, None, 1), 1.05, 19).startswith(
+      claims.INCONCLUSIVE + " (19 evaluations")
+  assert claims.e_cell_verdict(one(1.2, None, 1), 1.05,
+                               20) == claims.REPRODUCED
+  assert claims.e_cell_verdict(one(1.2, None, 1), None).startswith(
+      claims.INCONCLUSIVE)
+  assert claims.e_cell_verdict(one(None, None, 0), 1.2).startswith(
+      claims.INCONCLUSIVE + " (not run")
+  # The gap against the seeds' spread: 1.10 − 1.30 = −0.20, beyond ±0.05.
+  assert claims.e_cell_text(one(1.1, 0.05, 3), 1.3).endswith(
+      "gap -0.200 (beyond the seeds' ±0.050)")
+  assert claims.e_cell_text(one(1.1, 0.25, 3), 1.3).endswith(
+      "gap -0.200 (within the seeds' ±0.250)")
+
+
+def test_the_lambda_heuristic_needs_a_lambda_within_five():
+  # n = 40, layers 4: the heuristic's λ is 22; λ ∈ {10, 40} is 12 and 18
+  # away, so the rule cannot judge; λ = 20 is 2 away.
+  assert claims.lambda_out_of_reach(
+      {40: {"target": 22, "windows": [10, 40]}}) == [40]
+  assert claims.lambda_out_of_reach(
+      {40: {"target": 22, "windows": [10, 20, 40]},
+       20: {"target": 12, "windows": [5, 15]}}) == []
+  assert claims.lambda_out_of_reach(
+      {40: {"target": 22, "windows": [10, 20, 40]},
+       10: {"target": 7, "windows": [1, 20]}}) == [10]
+
+
+def test_about_98_is_the_median_over_cells():
+  # One cell at 47.5 % pulls the mean to 88.0 %; the median stays 98.3 %.
+  values = [0.983, 0.985, 0.475, 0.978, 0.981]
+  verdict, median, above = claims.about_98_verdict(values)
+  assert (verdict, median, above) == (claims.REPRODUCED, 0.981, 4)
+  verdict, median, above = claims.about_98_verdict([0.97, 0.98, 0.96])
+  assert (verdict, median, above) == (claims.NOT_REPRODUCED, 0.97, 1)
+
+
+def test_a_rejected_commit_counts_as_divergence():
+  from experiments.report.sections import downpour
+  assert downpour.classified("converged", 0) == "converged"
+  assert downpour.classified("converged", 1) == "diverged"
+  assert downpour.classified("diverged", 0) == "diverged"
+  assert downpour.classified("converged", None) == "converged"
+
+
+def test_time_rows_say_when_they_are_fitted_or_not_independent():
+  one = results_lib.Estimate
+  fitted = claims.time_claim("t", one(257.0, None, 1), 257.62, True)
+  assert fitted.verdict.startswith(claims.INCONCLUSIVE)
+  assert "[fitted row]" in fitted.ours
+  # AEASGD's modeled time within 10 %, but from AGN's fitted model.
+  shared = claims.time_claim("t", one(227.7, None, 1), 240.0, False,
+                             shares_fitted_model=True)
+  assert shared.verdict.split(" (")[0] == claims.REPRODUCED
+  assert "not independent evidence" in shared.verdict
+  alone = claims.time_claim("t", one(227.7, None, 1), 240.0, False)
+  assert alone.verdict == claims.REPRODUCED
+
+
 # The quick study, end to end.
 
 
