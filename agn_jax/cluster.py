@@ -43,6 +43,7 @@ Example:
   [(0, 1.06), (1, 1.07), (0, 2.17), (1, 2.18)]
 """
 
+import functools
 import json
 import heapq
 import math
@@ -393,26 +394,21 @@ def _trace_windows(run_dir: str) -> Dict[int, List[tuple]]:
       when the run has no timed windows.
   """
   path = os.path.join(run_dir, "metrics.jsonl")
-  key = (path, *_file_key(path))
-  cached = _TRACE_CACHE.get(key)
-  if cached is None:
-    cached = _TRACE_CACHE[key] = _read_trace_windows(run_dir, path)
-  return cached
-
-
-def _file_key(path: str) -> tuple:
   try:
     info = os.stat(path)
+    key = (info.st_size, info.st_mtime_ns)
   except OSError:
-    return (None, None)
-  return (info.st_size, info.st_mtime_ns)
+    key = (None, None)
+  # Read once per version of the file: the flag check, the config's
+  # validation and the clock each ask for the same trace.
+  return _read_trace_windows(run_dir, path, *key)
 
 
-_TRACE_CACHE: Dict[tuple, Dict[int, List[tuple]]] = {}
-
-
-def _read_trace_windows(run_dir: str, path: str) -> Dict[int, List[tuple]]:
-  """`_trace_windows`, read from the file."""
+@functools.lru_cache(maxsize=8)
+def _read_trace_windows(run_dir: str, path: str, size, mtime_ns
+                        ) -> Dict[int, List[tuple]]:
+  """`_trace_windows`, read from the file (`size` and `mtime_ns` key the cache)."""
+  del size, mtime_ns
   windows: Dict[int, List[tuple]] = {}
   lam, workers = None, MAX_TRACE_WORKERS
   try:
@@ -431,7 +427,8 @@ def _read_trace_windows(run_dir: str, path: str) -> Dict[int, List[tuple]]:
     with open(path, encoding="utf-8") as f:
       lines = f.read().split("\n")
   except UnicodeDecodeError as e:
-    line = 1 + open(path, "rb").read()[:e.start].count(b"\n")
+    with open(path, "rb") as f:
+      line = 1 + f.read(e.start).count(b"\n")
     raise bad(line, "not UTF-8 text (is it a metrics.jsonl?)") from None
   except OSError as e:
     raise ValueError(f"--speed_model=trace:{run_dir}: cannot read {path}: "

@@ -503,7 +503,9 @@ class TrainConfig:
       ValueError: one line naming the first setting refused: a value its
         field does not accept, options of another backend, settings of the
         backend that do not fit together (`BackendOptions.fit_error`: a
-        clock setting the `none` cluster cannot honour), or a strategy
+        clock setting the `none` cluster cannot honour, a missing extra, a
+        cache that cannot be a directory), speeds that are not one a
+        worker, or a strategy
         setting the strategy cannot honour (eamsgd without Nesterov
         workers; a normalization for a strategy that has none to choose:
         only agn and adag take one; dynamic_local_updates with λ = 1 or a
@@ -535,6 +537,7 @@ class TrainConfig:
       error = field_error(name, getattr(used, name))
       if error:
         raise ValueError(error)
+    _check_speeds_fit(used)
     _check_strategy_fit(used)
     return used
 
@@ -868,17 +871,20 @@ def field_error(name: str, value) -> Optional[str]:
   return None
 
 
-def _check_strategy_fit(config: TrainConfig) -> None:
-  """Raises `ValueError` for a resolved setting the strategy cannot honour."""
-  strategies = _strategies()
+def _check_speeds_fit(config: TrainConfig) -> None:
+  """Raises `ValueError` when `speeds:S0,S1,...` does not give one speed a worker."""
   speed_model = getattr(config.options, "speed_model", "constant")
   speeds = importlib.import_module("agn_jax.cluster").parse_speed_model(
       speed_model).speeds
   if speeds and len(speeds) != config.num_workers:
-    count = len(speeds)
-    raise ValueError(f"--speed_model={speed_model} gives {count} speeds, "
-                     f"one for each worker of --num_workers="
+    raise ValueError(f"--speed_model={speed_model} gives {len(speeds)} "
+                     f"speeds, one for each worker of --num_workers="
                      f"{config.num_workers}")
+
+
+def _check_strategy_fit(config: TrainConfig) -> None:
+  """Raises `ValueError` for a resolved setting the strategy cannot honour."""
+  strategies = _strategies()
   name = config.strategy
   if name == "eamsgd" and config.worker_optimizer != "nesterov":
     raise ValueError("eamsgd is AEASGD with Nesterov momentum workers: its "

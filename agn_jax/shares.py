@@ -5,7 +5,7 @@ from here, so a backend never changes which examples a worker sees.
 """
 
 import math
-from typing import NamedTuple, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -128,34 +128,37 @@ class BatchSampler:
     ([0, 1, 2, 3], 6)
   """
 
-  def __init__(self, num_examples: int, rng: np.random.Generator):
+  def __init__(self, num_examples: int, rng: Optional[np.random.Generator]):
     if num_examples < 1:
       raise ValueError("a worker's shard is empty; use fewer workers")
     self._n = num_examples
     self._rng = rng
-    self._perm = rng.permutation(num_examples)
+    self._perm = self._next_pass()
     self._pos = 0
 
-  def skip(self, k: int) -> None:
-    """Advances past `k` samples, exactly as `take(k)` would."""
-    while k > 0:
-      if self._pos == self._n:
-        self._perm, self._pos = self._rng.permutation(self._n), 0
-      t = min(k, self._n - self._pos)
-      self._pos += t
-      k -= t
+  def _next_pass(self) -> np.ndarray:
+    """The order of the next pass: `num_examples` indices."""
+    return self._rng.permutation(self._n)
 
-  def take(self, k: int) -> np.ndarray:
-    """The next `k` sample indices of the shard."""
+  def _advance(self, k: int, keep: bool) -> Optional[np.ndarray]:
     parts = []
     while k > 0:
       if self._pos == self._n:
-        self._perm, self._pos = self._rng.permutation(self._n), 0
+        self._perm, self._pos = self._next_pass(), 0
       t = min(k, self._n - self._pos)
-      parts.append(self._perm[self._pos:self._pos + t])
+      if keep:
+        parts.append(self._perm[self._pos:self._pos + t])
       self._pos += t
       k -= t
-    return np.concatenate(parts)
+    return np.concatenate(parts) if keep else None
+
+  def skip(self, k: int) -> None:
+    """Advances past `k` samples, exactly as `take(k)` would."""
+    self._advance(k, keep=False)
+
+  def take(self, k: int) -> np.ndarray:
+    """The next `k` sample indices of the shard."""
+    return self._advance(k, keep=True)
 
 
 # How the training set reaches the workers (`TrainConfig.data_assignment`).
@@ -189,7 +192,7 @@ class ShardSampler:
     return self._sampler.take(k) + self.start
 
 
-class EpochSliceSampler:
+class EpochSliceSampler(BatchSampler):
   """`epoch_slices`: every epoch a fresh seeded permutation of the whole set, cut into n equal slices; worker k takes slice k.
 
   What the thesis' dist-keras did (the union of `num_epoch` copies of the
@@ -214,38 +217,18 @@ class EpochSliceSampler:
                seed: int):
     if num_examples < num_workers:
       raise ValueError("a worker's slice is empty; use fewer workers")
-    self._n, self._seed = num_examples, seed
+    self._num_examples, self._seed = num_examples, seed
     self._bounds = shard_bounds(num_examples, num_workers, worker)
-    self._epoch = 0
-    self._slice = self._slice_of(0)
-    self._pos = 0
+    self._epoch = -1
+    super().__init__(self._bounds[1] - self._bounds[0], rng=None)
 
-  def _slice_of(self, epoch: int) -> np.ndarray:
+  def _next_pass(self) -> np.ndarray:
+    """The next epoch's slice: this worker's part of its permutation of all."""
+    self._epoch += 1
     start, stop = self._bounds
-    order = np.random.default_rng([self._seed, 1 << 20, epoch]).permutation(
-        self._n)
+    order = np.random.default_rng(
+        [self._seed, 1 << 20, self._epoch]).permutation(self._num_examples)
     return order[start:stop]
-
-  def _next(self, k: int, keep: bool) -> np.ndarray:
-    parts = []
-    while k > 0:
-      if self._pos == len(self._slice):
-        self._epoch += 1
-        self._slice, self._pos = self._slice_of(self._epoch), 0
-      t = min(k, len(self._slice) - self._pos)
-      if keep:
-        parts.append(self._slice[self._pos:self._pos + t])
-      self._pos += t
-      k -= t
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-  def skip(self, k: int) -> None:
-    """Advances past `k` samples, exactly as `take(k)` would."""
-    self._next(k, keep=False)
-
-  def take(self, k: int) -> np.ndarray:
-    """The next `k` sample indices."""
-    return self._next(k, keep=True)
 
 
 def sampler(assignment: str, num_examples: int, num_workers: int,
