@@ -941,7 +941,7 @@ def eamsgd_strategy(communication_window: int = 10,
 
 
 # The local optimizers `--worker_optimizer` names, and DiLoCo-style outer ones.
-WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov")
+WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adagrad")
 SERVER_OPTIMIZERS = ("none", "sgd", "nesterov", "delayed_nesterov")
 
 
@@ -951,7 +951,8 @@ def make_worker_optimizer(name: str, learning_rate: float,
 
   `momentum` is heavy-ball momentum, `nesterov` Nesterov's (as optax
   writes it: on the look-ahead point, see `nesterov_anchor`); both use
-  `momentum`.
+  `momentum`. `adagrad` is optax's (initial accumulator 0.1), the
+  optimizer of dist-keras' workflow notebook.
   """
   _check_positive(learning_rate=learning_rate)
   if name == "adam":
@@ -962,6 +963,8 @@ def make_worker_optimizer(name: str, learning_rate: float,
     return optax.sgd(learning_rate, momentum=momentum)
   if name == "nesterov":
     return optax.sgd(learning_rate, momentum=momentum, nesterov=True)
+  if name == "adagrad":
+    return optax.adagrad(learning_rate)
   raise ValueError(f"worker_optimizer must be one of "
                    f"{', '.join(WORKER_OPTIMIZERS)}, got {name!r}")
 

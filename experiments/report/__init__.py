@@ -1,6 +1,6 @@
 r"""The reproduction report: runs a preset of the paper's study and writes REPORT.md.
 
-  python -m experiments.report --preset=cpu          # ~91 min here; resumes
+  python -m experiments.report --preset=cpu          # ~4 h here; resumes
   python -m experiments.report --preset=paper --platform=gpu
   python -m experiments.report --preset=cpu --report_only
   python -m experiments.report --preset=beyond       # ~90 min here; DN, DyLU, codecs

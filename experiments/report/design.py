@@ -9,9 +9,10 @@ Example:
   >>> p = preset("cpu")
   >>> sorted({(r.num_workers, r.communication_window) for r in p.runs
   ...         if r.section == GRID})
-  [(10, 10), (10, 40), (25, 25), (40, 10), (40, 40)]
-  >>> [r.name for r in p.runs if r.section == DOWNPOUR]
-  ['downpour-n10-l1-s0', 'downpour-n20-l1-s0']
+  [(10, 10), (10, 40), (20, 15), (25, 25), (40, 10), (40, 20), (40, 40)]
+  >>> [r.name for r in p.runs if r.section == DOWNPOUR][:3]
+  ['downpour-n10-l1-s0-adam0.001', 'downpour-n20-l1-s0-adam0.001', \
+'downpour-n10-l1-s0-adagrad0.01']
 """
 
 import functools
@@ -25,8 +26,28 @@ CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "configs")
 PRESETS = ("quick", "cpu", "paper", "beyond")
 REFERENCE, BASELINE = "agn", "aeasgd"
-# Sections that own runs.
+# Sections that own runs. The grid, DOWNPOUR, the normalization ablation
+# (RQ1) and DynSGD (RQ3) run in the thesis' setting (`THESIS_SETTING`); the
+# sensitivity section is the grid again in the round robin over fixed shards
+# of the study committed before it.
 GRID, DOWNPOUR, ABLATION, DILOCO = "grid", "downpour", "ablation", "diloco"
+SENSITIVITY, NORMALIZATION, DYNSGD = "sensitivity", "normalization", "dynsgd"
+# The thesis' setting: each epoch a fresh random 1/n slice of the data per
+# worker (dist-keras' repartition), and the speed model fitted to the
+# thesis' staleness histogram (scripts/fit_cluster.py, before any run).
+THESIS_ASSIGNMENT, THESIS_SPEEDS = "epoch_slices", "thesis"
+THESIS_SETTING = (f"--data_assignment={THESIS_ASSIGNMENT}",
+                  f"--speed_model={THESIS_SPEEDS}")
+# Every grid run evaluates its center at least this often (the E test rule
+# needs 20), where its windows allow.
+EVALUATIONS = 25
+# DOWNPOUR's sweep: the thesis names no optimizer; Adam 1e-3 (its other
+# runs), Adagrad 1e-2 (dist-keras' workflow notebook) and plain SGD 1e-2
+# (Dean et al.'s DOWNPOUR without Adagrad).
+DOWNPOUR_OPTIMIZERS = (("adam", 1e-3), ("adagrad", 1e-2), ("sgd", 1e-2))
+# RQ1: AGN with its normalization on against off ("DOWNPOUR with
+# accumulation": the accumulated delta committed whole).
+NORMALIZED, UNNORMALIZED = "normalized", "unnormalized"
 # Methods after the paper (issue: beyond the paper), under heterogeneous speeds.
 BEYOND = "beyond"
 HETEROGENEOUS_SPEEDS = "lognormal:0.5"
@@ -64,6 +85,7 @@ class RunSpec(NamedTuple):
     flags: the training flags, in order (`--flagfile`s first).
     variant: what sets it apart within its section ("" for none), part of
       its name.
+    directory: the folder of the study it lives in (default: its section's).
   """
   section: str
   strategy: str
@@ -73,6 +95,7 @@ class RunSpec(NamedTuple):
   epochs: float
   flags: Tuple[str, ...]
   variant: str = ""
+  directory: str = ""
 
   @property
   def name(self) -> str:
@@ -84,7 +107,7 @@ class RunSpec(NamedTuple):
     return self.num_workers, self.communication_window
 
   def path(self, study_dir: str) -> str:
-    return os.path.join(study_dir, self.section, self.name)
+    return os.path.join(study_dir, self.directory or self.section, self.name)
 
   def argv(self) -> Tuple[str, ...]:
     """Every flag of the run, as `python -m experiments.train` takes them."""
@@ -102,7 +125,8 @@ class Preset(NamedTuple):
     description: one line for the report and the cost.
     runs: every run, in the order they run.
     workers, windows: the grid's axes, as the heat maps show them.
-    seeds: seeds per grid cell.
+    seeds: seeds per grid cell (the first cell, the headline, may have
+      more: `headline_seeds`).
     train_examples: the dataset's training examples (for the cost).
     ablation_cell: the (n, λ) of the ablation and DiLoCo runs.
     gap_cell: the (n, λ) where AEASGD runs again with both α, and AGN
@@ -123,14 +147,31 @@ class Preset(NamedTuple):
   layers: int
   platform: Optional[str] = None
   gap_cell: Optional[Tuple[int, int]] = None
+  headline_seeds: Optional[int] = None
 
   @property
   def grid_cells(self) -> Tuple[Tuple[int, int], ...]:
+    return self.section_cells(GRID)
+
+  def section_cells(self, section: str) -> Tuple[Tuple[int, int], ...]:
+    """The cells of a section's runs, in run order."""
     seen = []
     for r in self.runs:
-      if r.section == GRID and r.cell not in seen:
+      if r.section == section and r.cell not in seen:
         seen.append(r.cell)
     return tuple(seen)
+
+  def as_sensitivity(self) -> "Preset":
+    """This study with the sensitivity section's runs standing in for the grid.
+
+    Its grid specs keep their own directories, so `results.Results` of it
+    reads the round-robin, fixed-shard runs wherever a section reads the
+    grid; every other section's runs are the same.
+    """
+    runs = tuple(r._replace(section=GRID, directory=SENSITIVITY)
+                 if r.section == SENSITIVITY else r
+                 for r in self.runs if r.section != GRID)
+    return self._replace(runs=runs, headline_seeds=None)
 
   def section_runs(self, section: str) -> Tuple[RunSpec, ...]:
     return tuple(r for r in self.runs if r.section == section)
@@ -190,6 +231,46 @@ def gap_cell(cells: Sequence[Tuple[int, int]], epochs: float,
   return None
 
 
+def evaluation_flags(run: RunSpec, train_examples: int,
+                     batch_size: int) -> Tuple[str, ...]:
+  """`--eval_every_rounds` giving the run at least `EVALUATIONS` evaluations.
+
+  A worker commits at most once a round, so a run has at least as many
+  rounds as windows a worker.
+
+  >>> evaluation_flags(RunSpec(GRID, REFERENCE, 10, 10, 0, 40.0, ()),
+  ...                  60000, 128)
+  ('--eval_every_rounds=7',)
+  """
+  windows = windows_per_worker(run, train_examples, batch_size)
+  return (f"--eval_every_rounds={max(1, windows // EVALUATIONS)}",)
+
+
+class Extras(NamedTuple):
+  """The sections of the verdicts issue beside the grid, as a preset runs them.
+
+  Attributes:
+    sensitivity_cells: grid cells run again in the grid's old setting
+      (round robin over fixed shards), 1 seed.
+    downpour_optimizers: DOWNPOUR's sweep, (optimizer, learning rate).
+    normalization: (n, the λ's, epochs) of RQ1's normalization ablation.
+    dynsgd_cells: grid cells where DynSGD runs beside AGN and AEASGD.
+  """
+  sensitivity_cells: Tuple[Tuple[int, int], ...] = ()
+  downpour_optimizers: Tuple[Tuple[str, float], ...] = DOWNPOUR_OPTIMIZERS
+  normalization: Optional[Tuple[int, Tuple[int, ...], float]] = None
+  dynsgd_cells: Tuple[Tuple[int, int], ...] = ()
+
+
+def downpour_variant(optimizer: str, learning_rate: float) -> str:
+  """A DOWNPOUR sweep run's variant: `adam1e-3`, `adagrad0.01`, ...
+
+  >>> downpour_variant("adam", 1e-3), downpour_variant("sgd", 0.01)
+  ('adam0.001', 'sgd0.01')
+  """
+  return f"{optimizer}{learning_rate:g}"
+
+
 def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                      cells: Sequence[Tuple[int, int]], seeds: int,
                      epochs: float, downpour_workers: Sequence[int],
@@ -200,29 +281,63 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                      grid_flags: Tuple[str, ...] = (),
                      ablation_flags: Tuple[str, ...] = (),
                      gap_epochs: Optional[float] = None,
-                     ablation_alpha: bool = True) -> Preset:
-  """A preset's runs: the grid, DOWNPOUR as the thesis ran it, the ablation and DiLoCo.
+                     ablation_alpha: bool = True,
+                     headline_seeds: Optional[int] = None,
+                     setting: Tuple[str, ...] = THESIS_SETTING,
+                     extras: Extras = Extras()) -> Preset:
+  """A preset's runs: the grid, DOWNPOUR's sweep, the ablations, DynSGD and DiLoCo.
 
+  The grid, DOWNPOUR, the normalization ablation and DynSGD run with
+  `setting` added (the thesis' data assignment and fitted speeds); the
+  sensitivity section, the commit-order ablation and DiLoCo without it.
   `gap_epochs` is the budget of the gap cell's runs (default: the
   ablation's); `ablation_alpha=False` varies AEASGD's α only at the gap
-  cell, where it is expected to matter most.
+  cell, where it is expected to matter most; `headline_seeds` (default
+  `seeds`) is the seeds of the first cell.
   """
   gap_epochs = ablation_epochs if gap_epochs is None else gap_epochs
+  batch = int(_flag_value(base, "batch_size"))
+  headline_seeds = headline_seeds or seeds
+  thesis_base = base + setting
+
+  def grid_run(section, strategy, cell, seed, flags):
+    run = RunSpec(section, strategy, *cell, seed, epochs, flags)
+    return run._replace(flags=flags + evaluation_flags(run, train_examples,
+                                                       batch))
+
   runs = []
-  for seed in range(seeds):
+  for seed in range(max(seeds, headline_seeds)):
     for n, l in cells:
+      if seed >= (headline_seeds if (n, l) == tuple(cells[0]) else seeds):
+        continue
       for strategy in (REFERENCE, BASELINE):
-        runs.append(RunSpec(GRID, strategy, n, l, seed, epochs,
-                            base + grid_flags))
+        runs.append(grid_run(GRID, strategy, (n, l), seed,
+                             thesis_base + grid_flags))
   # The thesis' DOWNPOUR: a commit after every mini-batch (λ = 1), 5 epochs'
-  # worth of data, batch 128 (thesis.DOWNPOUR); Adam 1e-3 is our inference:
-  # the thesis names no optimizer, and every other run of it used Adam.
-  downpour = base + (flagfile("report_downpour.flags"),)
-  for seed in range(seeds):
+  # worth of data, batch 128 (thesis.DOWNPOUR), for each optimizer of the
+  # sweep (the thesis names none).
+  downpour = thesis_base + (flagfile("report_downpour.flags"),)
+  def evaluated(run):
+    return run._replace(flags=run.flags + evaluation_flags(
+        run, train_examples, batch))
+
+  for optimizer, lr in extras.downpour_optimizers:
     for n in downpour_workers:
-      runs.append(RunSpec(DOWNPOUR, "downpour", n,
-                          thesis.DOWNPOUR.runs[0].communication_window, seed,
-                          downpour_epochs, downpour + grid_flags))
+      runs.append(evaluated(RunSpec(
+          DOWNPOUR, "downpour", n,
+          thesis.DOWNPOUR.runs[0].communication_window, 0, downpour_epochs,
+          downpour + grid_flags + (f"--worker_optimizer={optimizer}",
+                                   f"--learning_rate={lr:g}"),
+          downpour_variant(optimizer, lr))))
+  if extras.normalization:
+    n, lams, norm_epochs = extras.normalization
+    for l in lams:
+      for variant, how in ((NORMALIZED, "window"), (UNNORMALIZED, "none")):
+        runs.append(evaluated(RunSpec(
+            NORMALIZATION, REFERENCE, n, l, 0, norm_epochs,
+            thesis_base + grid_flags + (f"--normalization={how}",), variant)))
+  for cell in extras.dynsgd_cells:
+    runs.append(grid_run(DYNSGD, "dynsgd", cell, 0, thesis_base + grid_flags))
   # One cell at a reduced budget: the commit order (round robin, random
   # speeds, real processes) for both strategies, and AEASGD's α.
   n, l = ablation_cell
@@ -240,8 +355,7 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
             f"--elastic_learning_rate={ALPHA_VARIANT / 5:g}", "--rho=5"),
         f"alpha{ALPHA_VARIANT:g}"))
   # Both α again where the gap to the thesis is expected to be widest.
-  gap = gap_cell(cells, gap_epochs, train_examples,
-                 int(_flag_value(base, "batch_size")))
+  gap = gap_cell(cells, gap_epochs, train_examples, batch)
   if gap is not None:
     # AGN's commit order there too: the cell of the grid where AGN parts
     # furthest from the thesis in the committed study (n/λ = 4).
@@ -264,14 +378,24 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
       base + ablation_flags + ("--server_optimizer=nesterov",
                                f"--server_learning_rate={0.7 / n:g}",
                                "--server_momentum=0.9"), "nesterov"))
-  # The headline cell first, then the cheap sections, then the rest of the
-  # grid: a study stopped early still has something in every section.
-  first = [r for r in runs if r.section == GRID and r.cell == cells[0]]
-  extras = [r for r in runs if r.section != GRID]
-  rest = [r for r in runs if r.section == GRID and r.cell != cells[0]]
-  return Preset(name, description, tuple(first + extras + rest),
+  for cell in extras.sensitivity_cells:
+    for strategy in (REFERENCE, BASELINE):
+      runs.append(grid_run(SENSITIVITY, strategy, cell, 0, base + grid_flags))
+  # The headline cell's first seed first, then the cheap sections, then the
+  # rest of the grid, its other seeds, and the sensitivity grid last: a study
+  # stopped early still has something in most sections.
+  # The unstable cell (n = 4λ, the thesis' (40, 10)) follows the headline.
+  unstable = [c for c in cells if c[0] == 4 * c[1]][:1]
+  first = [r for c in [cells[0]] + unstable for r in runs
+           if r.section == GRID and r.cell == c and r.seed == 0]
+  cheap = [r for r in runs if r.section in (DOWNPOUR, NORMALIZATION)]
+  rest = [r for r in runs if r.section == GRID and r not in first]
+  rest.sort(key=lambda r: r.seed)
+  late = [r for r in runs if r.section in (DYNSGD, ABLATION, DILOCO)]
+  last = [r for r in runs if r.section == SENSITIVITY]
+  return Preset(name, description, tuple(first + cheap + rest + late + last),
                 tuple(workers), tuple(windows), seeds, train_examples,
-                ablation_cell, layers, platform, gap)
+                ablation_cell, layers, platform, gap, headline_seeds)
 
 
 def beyond_runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
@@ -313,6 +437,12 @@ def codec_variant(codec: str) -> str:
   return codec.replace(":", "")
 
 
+# The cpu preset's grid: today's five cells, then (40, 20), the heuristic's
+# λ at n = 40, and (20, 15), the cell of the thesis' staleness histogram.
+CPU_CELLS = ((40, 40), (10, 10), (10, 40), (25, 25), (40, 10), (40, 20),
+             (20, 15))
+
+
 def preset(name: str) -> Preset:
   """The preset's study.
 
@@ -320,9 +450,11 @@ def preset(name: str) -> Preset:
     MLP, batch 128, 40 epochs a run, AGN against AEASGD over the whole 7 × 7
     grid with 3 seeds, the simulator on the paper's cluster model, for one
     GPU.
-  * `cpu`: the same settings at five cells of the grid, one seed, on this
-    2-core CPU (91 minutes measured); the gap cell's ablation at 5 epochs,
-    and AEASGD's α varied only there.
+  * `cpu`: the same settings at seven cells of the grid (`CPU_CELLS`), one
+    seed (three at the headline cell), on this 2-core CPU; the first five
+    again in the old setting (round robin over fixed shards) as the
+    sensitivity section; the gap cell's ablation at 5 epochs, and AEASGD's α
+    varied only there.
   * `beyond`: Delayed Nesterov, Dynamic Local Updates and compressed
     commits beside AGN and AEASGD under heterogeneous speeds, at two cells
     of the grid at the full budget (`beyond_runs`), on this CPU.
@@ -343,14 +475,19 @@ def preset(name: str) -> Preset:
         grid_flags=("--platform=gpu",),
         # Ten worker processes would share one GPU's memory: the ablation's
         # cell runs on the CPU, real processes and simulator alike.
-        ablation_flags=("--platform=cpu",))
+        ablation_flags=("--platform=cpu",),
+        extras=Extras(normalization=(10, (5, 10, 20), 5.0),
+                      dynsgd_cells=((40, 40), (10, 10))))
   if name == "cpu":
     return _grid_and_extras(
-        name, "five cells of the paper's grid at its full budget, one seed, "
-        "on this CPU", paper_base,
-        [(40, 40), (10, 10), (10, 40), (25, 25), (40, 10)], 1, 40.0,
+        name, "seven cells of the paper's grid at its full budget in the "
+        "thesis' setting (epoch slices, the fitted cluster), 3 seeds at the "
+        "headline cell, on this CPU", paper_base, CPU_CELLS, 1, 40.0,
         (10, 20), 5.0, (10, 10), 10.0, grid, thesis.COMMUNICATION_WINDOWS,
-        60000, 4, gap_epochs=5.0, ablation_alpha=False)
+        60000, 4, gap_epochs=5.0, ablation_alpha=False, headline_seeds=3,
+        extras=Extras(sensitivity_cells=CPU_CELLS[:5],
+                      normalization=(10, (5, 10, 20), 5.0),
+                      dynsgd_cells=((40, 40), (10, 10))))
   if name == "beyond":
     cells = ((40, 40), (40, 10))
     return Preset(
@@ -366,7 +503,10 @@ def preset(name: str) -> Preset:
         name, "a shrink on scikit-learn's digits for tests; it says nothing "
         "about the paper", quick_base,
         [(2, 2), (2, 4), (4, 4)], 1, 4.0, (2, 4), 1.0, (2, 2), 2.0, (2, 4),
-        (2, 4), 1438, 2)
+        (2, 4), 1438, 2,
+        extras=Extras(sensitivity_cells=((2, 2),),
+                      downpour_optimizers=(("adam", 1e-3), ("sgd", 1e-2)),
+                      normalization=(2, (2,), 1.0), dynsgd_cells=((2, 2),)))
     return p._replace(runs=p.runs + beyond_runs(quick_base, [(4, 2)], 4.0,
                                                 ("int8",)))
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")

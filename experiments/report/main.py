@@ -23,8 +23,9 @@ from experiments.report import sections
 
 FLAGS = flags.FLAGS
 PROGRAM = "report"
-RUN_SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO,
-                design.BEYOND)
+RUN_SECTIONS = (design.GRID, design.DOWNPOUR, design.NORMALIZATION,
+                design.DYNSGD, design.ABLATION, design.DILOCO,
+                design.SENSITIVITY, design.BEYOND)
 # Seconds per training sample on this 2-core CPU (an Intel Xeon), from the
 # committed cpu study: 5,473 s for its 30.3 M samples (grid, DOWNPOUR,
 # ablation, DiLoCo; report_paper.flags); the estimate before a study has
@@ -34,7 +35,7 @@ CPU_SECONDS_PER_SAMPLE = 5473 / 30.3e6
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum("preset", "cpu", list(design.PRESETS),
-                    "The study: cpu (this CPU, ~91 min), paper (the full "
+                    "The study: cpu (this CPU, ~4 h), paper (the full "
                     "grid, 3 seeds, one GPU), beyond (methods after the "
                     "paper, this CPU, ~2 h) or quick (seconds, for tests).",
                     flag_values=flag_values)

@@ -202,6 +202,24 @@ DOWNPOUR = DownpourExperiment(
           DownpourRun(10, 20, converged=False)),
     batch_size=128, epochs=5, worker_optimizer=None, learning_rate=None)
 
+
+class UnstableCurve(NamedTuple):
+  """The thesis' AGN training-accuracy curve at n = 40, λ = 10, as PAPER.md describes it.
+
+  Attributes:
+    cell: (n, λ).
+    below_090_seconds: how long it stays below 0.90 training accuracy.
+    seconds: the run's length.
+    end_accuracy: where it climbs to at the end, as workers finish.
+  """
+  cell: Tuple[int, int]
+  below_090_seconds: float
+  seconds: float
+  end_accuracy: float
+
+
+UNSTABLE = UnstableCurve((40, 10), 520.0, 749.0, 0.96)
+
 LAMBDA_HEURISTIC = "λ ≈ (n + layers in network) / 2"
 # The thesis names no best λ for any n.
 BEST_COMMUNICATION_WINDOW: Optional[Dict[int, int]] = None

@@ -138,10 +138,13 @@ def write(ctx: Context) -> str:
   from experiments.report.sections import ablation
   from experiments.report.sections import diloco
   from experiments.report.sections import downpour
+  from experiments.report.sections import dynsgd
   from experiments.report.sections import grid
   from experiments.report.sections import heuristic
   from experiments.report.sections import ledger
+  from experiments.report.sections import normalization
   from experiments.report.sections import paper
+  from experiments.report.sections import sensitivity
   from experiments.report.sections import staleness
   from experiments.report.sections import beyond
   # pylint: enable=g-import-not-at-top
@@ -161,8 +164,8 @@ def write(ctx: Context) -> str:
     order = (beyond, ledger)
   else:
     lines += claims.render(ctx)
-    order = (grid, paper, ablation, staleness, downpour, heuristic, diloco,
-             beyond, ledger)
+    order = (grid, sensitivity, paper, ablation, normalization, staleness,
+             downpour, heuristic, dynsgd, diloco, beyond, ledger)
     lines += _beyond_link(ctx)
   for section in order:
     lines += section.render(ctx)

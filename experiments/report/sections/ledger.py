@@ -6,8 +6,8 @@ from experiments.report import design
 from experiments.report import runner
 from experiments.report.sections import Context, duration, table
 
-SECTIONS = (design.GRID, design.DOWNPOUR, design.ABLATION, design.DILOCO,
-            design.BEYOND)
+SECTIONS = (design.GRID, design.DOWNPOUR, design.NORMALIZATION, design.DYNSGD,
+            design.ABLATION, design.DILOCO, design.SENSITIVITY, design.BEYOND)
 
 
 def cpu_text(seconds: float, partial: bool) -> str:
