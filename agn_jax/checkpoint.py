@@ -13,7 +13,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 
@@ -376,6 +377,24 @@ def _is_number(value) -> bool:
           math.isfinite(value))
 
 
+def _over_share(progress: Sequence[int], num_examples: int,
+                config: Dict[str, Any]
+               ) -> Optional[Tuple[Optional[int], int, int]]:
+  """`(worker, windows done, share)` where progress exceeds its share, else None.
+
+  With `data_assignment=stream` no worker has a share of its own: the
+  workers' windows together must fit all their shares (worker None).
+  """
+  share = _windows(num_examples, config)
+  if config.get("data_assignment") == "stream":
+    total = share * config["num_workers"]
+    return (None, sum(progress), total) if sum(progress) > total else None
+  for w, count in enumerate(progress):
+    if count > share:
+      return w, count, share
+  return None
+
+
 def _windows(num_examples: int, config: Dict[str, Any]) -> int:
   # The workers' own count of their share, so the two never disagree. With
   # Dynamic Local Updates a window may be one step: as many as the share's
@@ -473,12 +492,14 @@ def validate_meta(meta: Any, step: int, *, where: str,
           "integers, each at least its worker's commits (a run with "
           "dynamic_local_updates saves each worker's local steps)")
   if num_examples is not None:
-    share = _windows(num_examples, config)
-    for w, count in enumerate(progress):
-      if count > share:
-        raise CheckpointError(
-            f"{where}: worker_commits[{w}]={count} exceeds worker {w}'s share "
-            f"of {share} windows under the checkpoint's own config")
+    over = _over_share(progress, num_examples, config)
+    if over:
+      w, count, share = over
+      raise CheckpointError(
+          f"{where}: " + (f"worker_commits[{w}]={count} exceeds worker {w}'s"
+                          if w is not None else
+                          f"sum(worker_commits)={count} exceeds the stream's")
+          + f" share of {share} windows under the checkpoint's own config")
   offset = meta.get("metrics_offset")
   if offset is not None:
     if not _is_int(offset) or offset < 0:
@@ -524,13 +545,15 @@ def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
         f"the checkpoint is of a different run ({was}; this run has {now}); "
         f"these must match to resume: {', '.join(RESUME_MUST_MATCH)}")
   if num_examples is not None:
-    share = _windows(num_examples, config)
-    for w, count in enumerate(progress):
-      if count > share:
-        raise CheckpointError(
-            f"{where}: worker {w} has done {count} windows, more than its "
-            f"share in this run ({share} windows with epochs="
-            f"{config['epochs']:g}); resume with at least the epochs it had")
+    over = _over_share(progress, num_examples, config)
+    if over:
+      w, count, share = over
+      raise CheckpointError(
+          f"{where}: " + (f"worker {w}" if w is not None else "the workers")
+          + f" ha{'s' if w is not None else 've'} done {count} windows, more "
+          f"than {'its' if w is not None else 'their'} share in this run "
+          f"({share} windows with epochs={config['epochs']:g}); resume with "
+          "at least the epochs it had")
 
 
 def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,

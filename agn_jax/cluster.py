@@ -48,7 +48,8 @@ import json
 import heapq
 import math
 import os
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 
@@ -828,28 +829,64 @@ class EventSchedule:
     [0, 1, 2, 0, 1, 2]
   """
 
-  def __init__(self, model: TimeModel, num_windows):
+  def __init__(self, model: TimeModel, num_windows, tickets=None):
     self.model = model
     n = model.num_workers
     self.windows = _windows(num_windows, model.communication_window, n)
+    # `data_assignment=stream`: no worker has a share of its own; each takes
+    # the stream's next steps (an `agn_jax.shares.Tickets`) when it starts a
+    # window, its first at the start and each next one with the center its
+    # commit's reply carries, so a fast worker takes more.
+    self.tickets = tickets
+    self._assigned: List[List[Tuple[int, int]]] = [[] for _ in range(n)]
+    if tickets is not None:
+      for k in range(n):
+        self._give(k)
     self._ready = [model.start_seconds(k) for k in range(n)]
     self._next_window = [0] * n
     self._server_free = 0.0
     self._build_heap()
+
+  def _give(self, worker: int) -> None:
+    ticket = self.tickets.take(self.windows.local_updates[worker])
+    if ticket is not None:
+      self._assigned[worker].append(ticket)
+
+  def window_count(self, worker: int) -> int:
+    """Windows of `worker`: its share's, or on a stream the tickets it took so far."""
+    if self.tickets is None:
+      return self.windows.count(worker)
+    return len(self._assigned[worker])
+
+  def window_steps(self, worker: int, window: int) -> int:
+    """Local steps of `worker`'s window `window` (from 0)."""
+    if self.tickets is None:
+      return self.windows.steps(worker, window)
+    return self._assigned[worker][window][1]
+
+  def steps_before(self, worker: int, window: int) -> int:
+    """Local steps of `worker`'s first `window` windows."""
+    if self.tickets is None:
+      return self.windows.steps_before(worker, window)
+    return sum(steps for _, steps in self._assigned[worker][:window])
+
+  def ticket(self, worker: int, window: int) -> Tuple[int, int]:
+    """`(start_step, steps)` of the stream that `worker`'s window `window` trains on."""
+    return self._assigned[worker][window]
 
   def _arrival(self, worker: int):
     m = self.model
     start = self._ready[worker]
     window = self._next_window[worker]
     end = start + m.window_seconds(worker, window,
-                                   self.windows.steps(worker, window))
+                                   self.window_steps(worker, window))
     arrival = end + m.commit_seconds_of(worker) + (
         m.pull_seconds_of(worker) if m.pull_before_commit else 0.0)
     return arrival, worker, start, end
 
   def _build_heap(self):
     self._heap = [self._arrival(k) for k in range(self.model.num_workers)
-                  if self._next_window[k] < self.windows.count(k)]
+                  if self._next_window[k] < self.window_count(k)]
     heapq.heapify(self._heap)
 
   def peek(self) -> Optional[ScheduledCommit]:
@@ -874,7 +911,9 @@ class EventSchedule:
     self._ready[k] = (commit.arrival if self.model.pull_before_commit else
                       commit.applied + self.model.pull_seconds_of(k))
     self._next_window[k] += 1
-    if self._next_window[k] < self.windows.count(k):
+    if self.tickets is not None:
+      self._give(k)
+    if self._next_window[k] < self.window_count(k):
       heapq.heappush(self._heap, self._arrival(k))
     return commit
 
@@ -888,8 +927,12 @@ class EventSchedule:
 
   def state(self) -> Dict[str, Any]:
     """The clock's position, JSON-able (`restore` takes it back)."""
-    return {"ready": list(self._ready), "next_window": list(self._next_window),
-            "server_free": self._server_free}
+    out = {"ready": list(self._ready), "next_window": list(self._next_window),
+           "server_free": self._server_free}
+    if self.tickets is not None:
+      out["tickets"] = [[list(t) for t in mine] for mine in self._assigned]
+      out["tickets_taken"] = self.tickets.taken
+    return out
 
   def restore(self, state: Dict[str, Any]) -> None:
     """Continues from `state()`; the share (`windows`) may have grown."""
@@ -900,6 +943,13 @@ class EventSchedule:
     self._ready = [float(t) for t in state["ready"]]
     self._next_window = [int(w) for w in state["next_window"]]
     self._server_free = float(state["server_free"])
+    if self.tickets is not None:
+      if "tickets" not in state:
+        raise ValueError("the schedule's state has no stream tickets: it is "
+                         "of a run with another data assignment")
+      self._assigned = [[(int(a), int(b)) for a, b in mine]
+                        for mine in state["tickets"]]
+      self.tickets.taken = int(state["tickets_taken"])
     self._build_heap()
 
 

@@ -162,7 +162,85 @@ class BatchSampler:
 
 
 # How the training set reaches the workers (`TrainConfig.data_assignment`).
-ASSIGNMENTS = ("shards", "epoch_slices")
+ASSIGNMENTS = ("shards", "epoch_slices", "stream")
+# The modes in which each worker draws its own samples (`sampler`).
+PER_WORKER = ("shards", "epoch_slices")
+STREAM = "stream"
+
+
+class Stream:
+  """`stream`: one shared sequence of mini-batches; whoever needs a window takes the next steps of it.
+
+  The sequence is every epoch's seeded permutation of the whole set, one
+  after another, cut into mini-batches; step s of the stream is samples
+  `[s B, (s + 1) B)` of it. Which worker takes which steps is not the
+  stream's business: the clock (the simulator) or the server (processes,
+  Ray) hands out `Tickets`, and a fast worker takes more of them. The
+  assumption of asynchronous Local-SGD and Dynamic Local Updates (Liu,
+  Douillard et al. 2024).
+
+  Example:
+    >>> s = Stream(6, batch_size=2, seed=0)
+    >>> first_epoch, second_epoch = s.indices(0, 3), s.indices(3, 3)
+    >>> sorted(first_epoch.tolist()), sorted(second_epoch.tolist())
+    ([0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5])
+    >>> s.indices(2, 2).tolist() == (first_epoch[4:].tolist() +
+    ...                              second_epoch[:2].tolist())
+    True
+  """
+
+  def __init__(self, num_examples: int, batch_size: int, seed: int):
+    if num_examples < 1:
+      raise ValueError("the training set is empty")
+    self._n, self._batch, self._seed = num_examples, batch_size, seed
+    self._cache: dict = {}
+
+  def _epoch(self, epoch: int) -> np.ndarray:
+    if epoch not in self._cache:
+      if len(self._cache) > 2:
+        self._cache.pop(min(self._cache))
+      self._cache[epoch] = np.random.default_rng(
+          [self._seed, 1 << 21, epoch]).permutation(self._n)
+    return self._cache[epoch]
+
+  def indices(self, start_step: int, steps: int) -> np.ndarray:
+    """Sample indices of steps `[start_step, start_step + steps)`, `steps × batch_size` of them."""
+    first, last = start_step * self._batch, (start_step + steps) * self._batch
+    parts, pos = [], first
+    while pos < last:
+      epoch, offset = divmod(pos, self._n)
+      take = min(last - pos, self._n - offset)
+      parts.append(self._epoch(epoch)[offset:offset + take])
+      pos += take
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int64))
+
+
+class Tickets:
+  """The stream's counter: hands out its steps, in order, until the run's budget is spent.
+
+  The run's budget is every worker's share together (`n × share_steps`
+  local steps), so the sample budget is the same as with `shards` and
+  `epoch_slices`; a ticket is `(start_step, steps)`, its last one possibly
+  shorter than asked (only with Dynamic Local Updates, whose windows do not
+  divide the budget).
+
+  Example:
+    >>> t = Tickets(total_steps=5)
+    >>> t.take(2), t.take(2), t.take(2), t.take(2)
+    ((0, 2), (2, 2), (4, 1), None)
+  """
+
+  def __init__(self, total_steps: int, taken: int = 0):
+    self.total_steps, self.taken = int(total_steps), int(taken)
+
+  def take(self, steps: int) -> Optional[Tuple[int, int]]:
+    """The next `(start_step, steps)`, or None once the budget is spent."""
+    steps = min(int(steps), self.total_steps - self.taken)
+    if steps <= 0:
+      return None
+    ticket = (self.taken, steps)
+    self.taken += steps
+    return ticket
 
 
 class ShardSampler:
@@ -242,5 +320,8 @@ def sampler(assignment: str, num_examples: int, num_workers: int,
     return ShardSampler(num_examples, num_workers, worker, seed)
   if assignment == "epoch_slices":
     return EpochSliceSampler(num_examples, num_workers, worker, seed)
+  if assignment == STREAM:
+    raise ValueError("stream has no per-worker sampler: take `Tickets` and "
+                     "read `Stream.indices`")
   raise ValueError(f"data_assignment must be one of {', '.join(ASSIGNMENTS)}, "
                    f"got {assignment!r}")

@@ -493,12 +493,22 @@ class Simulation:
         local_updates(lam, self.time_model.mean_speeds())
         if self.dynamic_local_updates else (lam,) * n)
     self.windows = Windows(self.num_windows * lam, self.local_updates)
+    self._stream = None
+    if data_assignment == shares.STREAM:
+      if commit_order is not None:
+        raise ValueError("data_assignment=stream hands each window the "
+                         "stream's next steps by the clock; a replayed "
+                         "commit_order fixes every worker's windows instead")
+      # Every share together, handed out by the clock (`EventSchedule`).
+      self._stream = shares.Stream(len(x_train), batch_size, seed)
+      tickets = shares.Tickets(n * self.windows.share_steps)
     if commit_order is not None:
       self._schedule = cluster_lib.ReplaySchedule(commit_order, n,
                                                   self.windows)
     else:
-      self._schedule = cluster_lib.EventSchedule(self.time_model,
-                                                 self.windows)
+      self._schedule = cluster_lib.EventSchedule(
+          self.time_model, self.windows,
+          tickets if self._stream is not None else None)
     self._apply_fn = apply_fn
 
     # Devices and k.
@@ -569,7 +579,23 @@ class Simulation:
 
     return jax.jit(stack, out_shardings=self._sharded)(center)
 
+  def _window_count(self, worker: int) -> int:
+    """Windows of `worker`: its share's, or on a stream the ones the clock gave it so far."""
+    if self._stream is not None:
+      return self._schedule.window_count(worker)
+    return self.windows.count(worker)
+
+  def _window_samples(self, worker: int, window: int) -> np.ndarray:
+    """Sample indices of `worker`'s window `window`, [steps × batch]."""
+    if self._stream is not None:
+      start, steps = self._schedule.ticket(worker, window)
+      return self._stream.indices(start, steps)
+    return self._samplers[worker].take(
+        self.windows.steps(worker, window) * self.batch_size)
+
   def _fresh_samplers(self):
+    if self._stream is not None:
+      return []  # The stream's steps are read by ticket.
     samplers = []
     for k in range(self.num_workers):
       sampler = shares.sampler(self.data_assignment, self._num_examples,
@@ -771,8 +797,9 @@ class Simulation:
         "workers_per_device": self.num_workers // self.mesh.size,
         "workers_per_call": self.workers_per_call,
         "windows_per_worker": (
-            [self.windows.count(k) for k in range(self.num_workers)]
-            if self.dynamic_local_updates else self.num_windows),
+            [self._window_count(k) for k in range(self.num_workers)]
+            if self.dynamic_local_updates or self._stream is not None
+            else self.num_windows),
         "keeps_pulled_center": self._keeps_pulled,
         **({"local_updates": list(self.local_updates)}
            if self.dynamic_local_updates else {}),
@@ -804,7 +831,7 @@ class Simulation:
     # Every worker that holds its center runs its window now, whenever its
     # commit comes.
     due = np.array([self._pending[k] is None and
-                    self._windows_run[k] < self.windows.count(k)
+                    self._windows_run[k] < self._window_count(k)
                     for k in range(n)])
     plan = self._plan()
     if not plan:
@@ -815,10 +842,10 @@ class Simulation:
     lengths = np.zeros(n, np.int32)
     order = np.zeros(n, np.int32)
     for k in np.flatnonzero(due):
-      length = self.windows.steps(k, self._windows_run[k])
+      samples = self._window_samples(k, self._windows_run[k])
+      length = len(samples) // batch
       lengths[k] = length
-      indices[k, :length] = self._samplers[k].take(length * batch).reshape(
-          length, batch)
+      indices[k, :length] = samples.reshape(length, batch)
     for i, c in enumerate(plan):
       order[i] = c.worker
     self._workers, self._center, self._server, out = self._round_fn(
@@ -924,12 +951,21 @@ class Simulation:
     return self._simulated_time
 
   @property
+  def expected_commits(self) -> Optional[int]:
+    """The run's commits, or None where the clock decides them (a stream with Dynamic Local Updates)."""
+    if self._stream is not None and self.dynamic_local_updates:
+      return None
+    return self.windows.total()
+
+  @property
   def windows_run(self) -> int:
     """Windows computed so far, all workers together (committed or not)."""
     return sum(self._windows_run)
 
   def steps_done(self, worker: int) -> int:
     """Local steps of `worker`'s committed windows, a restored session's included."""
+    if self._stream is not None:
+      return self._schedule.steps_before(worker, self._windows_done[worker])
     return self.windows.steps_before(worker, self._windows_done[worker])
 
   @property

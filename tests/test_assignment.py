@@ -42,7 +42,7 @@ def test_shards_match_a_numpy_reference():
     np.testing.assert_array_equal(sampler.take(len(reference)), reference)
 
 
-@pytest.mark.parametrize("assignment", shares.ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", shares.PER_WORKER)
 def test_deterministic_under_a_seed_and_skip_resumes_exactly(assignment):
   def stream(seed, skip=0, take=200):
     sampler = shares.sampler(assignment, N, WORKERS, 1, seed)
@@ -60,7 +60,7 @@ def test_the_sample_budget_is_the_same_in_every_mode():
   # samples a worker, rounded down to windows.
   share = shares.windows_per_worker(N, WORKERS, 3.0, 5, 4) * 5 * 4
   assert share == (3 * N // WORKERS) // 20 * 20
-  for assignment in shares.ASSIGNMENTS:
+  for assignment in shares.PER_WORKER:
     for k in range(WORKERS):
       taken = shares.sampler(assignment, N, WORKERS, k, SEED).take(share)
       assert len(taken) == share and taken.min() >= 0 and taken.max() < N
@@ -68,5 +68,125 @@ def test_the_sample_budget_is_the_same_in_every_mode():
 
 def test_an_unknown_assignment_is_refused():
   with pytest.raises(ValueError, match="data_assignment must be one of "
-                     "shards, epoch_slices, got 'stream'"):
-    TrainConfig(data_assignment="stream").validate()
+                     "shards, epoch_slices, stream, got 'round_robin'"):
+    TrainConfig(data_assignment="round_robin").validate()
+  # The stream needs a clock that hands out its steps: the simulator's.
+  with pytest.raises(ValueError, match="--data_assignment=stream runs on "
+                     "--backend=simulated so far, not processes"):
+    TrainConfig(data_assignment="stream", backend="processes").validate()
+
+
+# The stream: one shared sequence of mini-batches, handed out by ticket.
+
+
+def test_stream_steps_match_a_numpy_reference():
+  batch, epochs = 5, 4
+  # The reference: every epoch's permutation of all N (seeded by the seed
+  # and the epoch), one after the other, cut into mini-batches.
+  order = np.concatenate([
+      np.random.default_rng([SEED, 1 << 21, e]).permutation(N)
+      for e in range(epochs)])
+  stream = shares.Stream(N, batch, SEED)
+  for start, steps in ((0, 1), (3, 4), (19, 3), (40, 20)):
+    np.testing.assert_array_equal(
+        stream.indices(start, steps),
+        order[start * batch:(start + steps) * batch])
+  # Deterministic under the seed, different under another.
+  np.testing.assert_array_equal(shares.Stream(N, batch, SEED).indices(7, 9),
+                                order[35:80])
+  assert not np.array_equal(shares.Stream(N, batch, SEED + 1).indices(0, 9),
+                            order[:45])
+
+
+def test_tickets_hand_out_the_whole_budget_once():
+  budget = WORKERS * 23
+  tickets = shares.Tickets(budget)
+  got, asks = [], [5, 3, 5, 4] * 10
+  for ask in asks:
+    t = tickets.take(ask)
+    if t is not None:
+      got.append(t)
+  # Contiguous from 0, each step once, the budget exactly; the last short.
+  assert got[0][0] == 0
+  assert all(a[0] + a[1] == b[0] for a, b in zip(got, got[1:]))
+  assert sum(steps for _, steps in got) == budget
+  assert [steps for _, steps in got] == asks[:len(got) - 1] + [
+      budget - sum(asks[:len(got) - 1])]
+  assert tickets.take(1) is None
+
+
+def _stream_simulation(speed_model, seed=0, epochs=2.0):
+  # pylint: disable=g-import-not-at-top
+  from agn_jax import data
+  from agn_jax.config import SimulatedOptions
+  from agn_jax.simulator import Simulation
+  config = TrainConfig(dataset="digits", num_workers=4, communication_window=4,
+                       epochs=epochs, batch_size=16, hidden_sizes=(16,),
+                       backend="simulated", data_assignment="stream",
+                       seed=seed, options=SimulatedOptions(
+                           cluster="none", speed_model=speed_model))
+  return config, Simulation(config.validate(), data.load("digits"))
+
+
+@pytest.mark.parametrize("speed_model,fastest_over_slowest", [
+    ("constant", (1.0, 1.0)), ("speeds:4,1,1,1", (2.5, 6.0))])
+def test_a_simulated_stream_gives_fast_workers_more_and_spends_the_budget(
+    speed_model, fastest_over_slowest):
+  config, sim = _stream_simulation(speed_model)
+  records = [r for rnd in sim for r in rnd]
+  n, batch = config.num_workers, config.batch_size
+  # The budget: every worker's share of whole windows, as in the other modes.
+  share = shares.windows_per_worker(1438, n, config.epochs, 4, batch) * 4
+  steps = [sim.steps_done(k) for k in range(n)]
+  assert sum(steps) == n * share
+  assert len(records) == n * share // 4
+  # Each step of the stream was trained on once: the windows' tickets tile
+  # [0, n × share) (from the schedule's state, as a checkpoint stores it).
+  tickets = sorted(tuple(t) for mine in sim.state()["meta"]["schedule"][
+      "tickets"] for t in mine)
+  assert tickets[0][0] == 0 and all(a[0] + a[1] == b[0]
+                                    for a, b in zip(tickets, tickets[1:]))
+  low, high = fastest_over_slowest
+  assert low <= max(steps) / min(steps) <= high, steps
+  if speed_model != "constant":
+    assert steps[0] == max(steps)  # Worker 0 is four times as fast.
+
+
+def test_a_simulated_stream_is_deterministic_and_resumes_exactly():
+  _, a = _stream_simulation("lognormal:1.0", seed=3, epochs=1.0)
+  first = [[(r.worker, r.staleness) for r in rnd] for rnd in a]
+  _, b = _stream_simulation("lognormal:1.0", seed=3, epochs=1.0)
+  for _ in range(3):
+    b.run_round()
+  saved = b.state()
+  _, c = _stream_simulation("lognormal:1.0", seed=3, epochs=1.0)
+  c.restore(saved)
+  rest = [[(r.worker, r.staleness) for r in rnd] for rnd in c]
+  assert first[3:] == rest
+  np.testing.assert_array_equal(a.center(), c.center())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ["epoch_slices", "stream"])
+def test_a_simulated_digits_run_records_each_workers_samples(tmp_path,
+                                                             assignment):
+  import json  # pylint: disable=g-import-not-at-top
+  from tests.helpers import run_cli  # pylint: disable=g-import-not-at-top
+  result = run_cli("--dataset=digits",
+                   "--backend=simulated", "--num_workers=4",
+                   "--communication_window=4", "--epochs=4",
+                   "--hidden_sizes=16", "--speed_model=lognormal:1.0",
+                   f"--data_assignment={assignment}", "--noplots",
+                   "--nocheckpoints", f"--workdir={tmp_path}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  samples = summary["samples_per_worker"]
+  assert summary["data_assignment"] == assignment
+  # The same budget in every mode: 4 windows of 4 × 16 samples a worker
+  # for each of 4 epochs × 1,438 / 4 = 1,438 samples, 22 whole windows.
+  share = (4 * 1438 // 4) // 64 * 64
+  assert sum(samples) == 4 * share
+  if assignment == "stream":
+    assert max(samples) >= 1.5 * min(samples), samples
+  else:
+    assert samples == [share] * 4

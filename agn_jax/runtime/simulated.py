@@ -107,8 +107,12 @@ class SimulatedBackend(backend_lib.Backend):
     self.sim = simulator.Simulation(config, plan.dataset, cluster=cluster,
                                     mesh=mesh)
     # The plan's n × windows, or more with Dynamic Local Updates (shorter
-    # windows over the same share).
-    book.expected_commits = self.sim.windows.total()
+    # windows over the same share); on a stream with them, the samples.
+    book.expected_commits = self.sim.expected_commits
+    if book.expected_commits is None:
+      book.expected_samples = (config.num_workers *
+                               self.sim.windows.share_steps *
+                               config.batch_size)
     self.layout = plan.layout
     self.x_test, self.y_test = plan.dataset.x_test, plan.dataset.y_test
     info = self.sim.info
@@ -234,7 +238,9 @@ class SimulatedBackend(backend_lib.Backend):
         "worker_commits": list(meta["windows_done"]),
         **({"worker_steps": [sim.steps_done(k)
                              for k in range(sim.num_workers)]}
-           if sim.dynamic_local_updates else {}),
+           if sim.dynamic_local_updates or
+           self.config.data_assignment == "stream"
+           else {}),
         "metrics_offset": self.book.metrics_position(),
         "config": self.config.to_dict(),
         "layout": [[list(s), d] for s, d in self.layout.metadata()],
