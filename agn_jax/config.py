@@ -317,8 +317,9 @@ class TrainConfig:
       "ran and what PyTorch's DistributedSampler.set_epoch does; the "
       "paper's configurations use it) or stream (one shared sequence of "
       "mini-batches: a worker takes its next window's steps when it needs "
-      "them, so fast workers take more; on the simulator the clock decides; "
-      "--backend=simulated only, so far). The sample budget is the same.",
+      "them, so fast workers take more: on the simulator the clock decides, "
+      "on processes and Ray the server hands each worker its next steps "
+      "with its acknowledgement). The sample budget is the same.",
       choices=lambda: importlib.import_module("agn_jax.shares").ASSIGNMENTS,
       resume_fixed=True)
   model: str = setting("mlp", "Model.",
@@ -542,7 +543,6 @@ class TrainConfig:
         raise ValueError(error)
     _check_speeds_fit(used)
     _check_strategy_fit(used)
-    _check_assignment_fit(used)
     return used
 
   def is_resolved(self) -> bool:
@@ -873,20 +873,6 @@ def field_error(name: str, value) -> Optional[str]:
     except ValueError as e:
       return " ".join(str(e).split())
   return None
-
-
-def _check_assignment_fit(config: "TrainConfig") -> None:
-  """`--data_assignment=stream` needs a clock that hands out the stream's steps: the simulator's, so far.
-
-  Raises:
-    ValueError: stream on another backend, or with a replayed commit order.
-  """
-  if config.data_assignment != "stream":
-    return
-  if config.backend != "simulated":
-    raise ValueError(f"--data_assignment=stream runs on --backend=simulated "
-                     f"so far, not {config.backend}: use shards or "
-                     "epoch_slices there")
 
 
 def _check_speeds_fit(config: TrainConfig) -> None:

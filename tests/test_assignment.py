@@ -70,10 +70,6 @@ def test_an_unknown_assignment_is_refused():
   with pytest.raises(ValueError, match="data_assignment must be one of "
                      "shards, epoch_slices, stream, got 'round_robin'"):
     TrainConfig(data_assignment="round_robin").validate()
-  # The stream needs a clock that hands out its steps: the simulator's.
-  with pytest.raises(ValueError, match="--data_assignment=stream runs on "
-                     "--backend=simulated so far, not processes"):
-    TrainConfig(data_assignment="stream", backend="processes").validate()
 
 
 # The stream: one shared sequence of mini-batches, handed out by ticket.
@@ -190,3 +186,52 @@ def test_a_simulated_digits_run_records_each_workers_samples(tmp_path,
     assert max(samples) >= 1.5 * min(samples), samples
   else:
     assert samples == [share] * 4
+
+
+# The stream on real loops: the server hands out its steps.
+
+
+def _stream_config(tmp_path, **changes):
+  from agn_jax.config import ProcessesOptions  # pylint: disable=g-import-not-at-top
+  settings = dict(strategy="agn", num_workers=3, communication_window=4,
+                  dataset="digits", hidden_sizes=(16,), batch_size=8,
+                  epochs=1.0, eval_every_seconds=0.0,
+                  data_assignment="stream", workdir=str(tmp_path / "run"),
+                  options=ProcessesOptions(cache_dir=""))
+  return TrainConfig(**dict(settings, **changes)).resolved()
+
+
+@pytest.mark.parametrize("strategy", ["agn", "aeasgd"])
+def test_real_loops_hand_a_slowed_worker_fewer_of_the_streams_steps(
+    tmp_path, monkeypatch, strategy):
+  from helpers import train_in_process  # pylint: disable=g-import-not-at-top
+  # Worker 1 sleeps 5 ms a local step; the others train a step in well
+  # under that, so they take most of the stream.
+  monkeypatch.setenv("AGN_JAX_SLOW", "worker=1:seconds=0.005")
+  config = _stream_config(tmp_path, strategy=strategy)
+  summary, _, _ = train_in_process(config)
+  assert summary["completed"], summary.get("outcome")
+  samples = summary["samples_per_worker"]
+  # The budget: three shares of whole windows, as with shards.
+  share = shares.windows_per_worker(1438, 3, 1.0, 4, 8) * 4 * 8
+  assert sum(samples) == 3 * share
+  assert samples[1] < min(samples[0], samples[2]), samples
+  # Every commit's window was a whole λ (the budget divides into them).
+  assert sum(summary["worker_commits"]) == 3 * share // 32
+
+
+@pytest.mark.slow
+def test_a_processes_stream_resumes_where_its_checkpoint_stopped(tmp_path):
+  from agn_jax.runtime import train  # pylint: disable=g-import-not-at-top
+  first = _stream_config(tmp_path, epochs=0.5)
+  train(first)
+  # Resumed with more epochs: the stream goes on from the tickets it had
+  # handed out, to the new budget, each step once.
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  summary = train(dataclasses.replace(first, epochs=1.0, resume=True))
+  assert summary["completed"], summary.get("outcome")
+  share = shares.windows_per_worker(1438, 3, 1.0, 4, 8) * 4 * 8
+  from helpers import metrics_rows  # pylint: disable=g-import-not-at-top
+  done = metrics_rows(tmp_path / "run", ["worker_done"])
+  # Over both sittings, the samples of the first plus those of the second.
+  assert sum(r["num_samples"] for r in done[-3:]) == 3 * share

@@ -19,6 +19,7 @@ from agn_jax.errors import CheckpointError
 from agn_jax.runtime import _child
 from agn_jax.runtime import events
 from agn_jax.runtime.transport import CommitMeta, WindowPlan
+from agn_jax import shares
 from agn_jax.shares import local_updates
 
 _POLL_SECONDS = 0.2
@@ -66,12 +67,12 @@ class WindowPlanner:
     >>> def window(worker, seconds):
     ...   return CommitMeta(worker, 0, 0.0, 0.0, time=seconds,
     ...                     window_start=0.0, local_updates=8)
-    >>> planner.plan(window(0, 9.0))  # Its first window: no measurement.
-    WindowPlan(local_updates=0, steps_done=8)
-    >>> planner.plan(window(1, 9.0)), planner.plan(window(0, 8.0))
-    (WindowPlan(local_updates=0, steps_done=8), WindowPlan(local_updates=8, steps_done=16))
-    >>> planner.plan(window(1, 16.0))  # 2 s a step against 1 s.
-    WindowPlan(local_updates=4, steps_done=16)
+    >>> planner.plan(window(0, 9.0))[:2]  # Its first window: no measurement.
+    (0, 8)
+    >>> planner.plan(window(1, 9.0))[:2], planner.plan(window(0, 8.0))[:2]
+    ((0, 8), (8, 16))
+    >>> planner.plan(window(1, 16.0))[:2]  # 2 s a step against 1 s.
+    (4, 16)
   """
 
   def __init__(self, communication_window: int, steps_done: Sequence[int]):
@@ -166,6 +167,16 @@ class _Server:
     if config.dynamic_local_updates:
       self.planner = WindowPlanner(config.communication_window,
                                    [0] * config.num_workers)
+    self.tickets: Optional[shares.Tickets] = None
+    if config.data_assignment == shares.STREAM:
+      # Every share together; each worker's next window is the stream's
+      # next steps, handed out with its acknowledgement (the first ones
+      # here, in worker order, before any worker can pull).
+      share = shares.windows_per_worker(
+          len(ctx.data.arrays()["x_train"]), config.num_workers,
+          config.epochs, config.communication_window, config.batch_size)
+      self.tickets = shares.Tickets(
+          config.num_workers * share * config.communication_window)
     if resume:
       restored = self._restore(state)
       if restored is None:
@@ -179,11 +190,29 @@ class _Server:
         transport.set_acknowledged(w, count)
       if self.planner is not None:
         self.planner.steps_done = [int(s) for s in ckpt.meta["worker_steps"]]
-        for w, steps in enumerate(self.planner.steps_done):
-          transport.set_window_plan(w, WindowPlan(0, steps))
+      stream = ckpt.meta.get("stream")
+      if self.tickets is not None:
+        if not isinstance(stream, dict):
+          raise CheckpointError("the checkpoint records no stream tickets: "
+                                "it is of a run with another data assignment")
+        self.tickets.taken = int(stream["taken"])
+      for w in range(config.num_workers):
+        steps = (self.planner.steps_done[w] if self.planner is not None
+                 else 0)
+        ticket = (tuple(stream["tickets"][w]) if self.tickets is not None
+                  else (0, 0))
+        if self.tickets is not None and not ticket[1]:
+          # Spent when saved; a resume with more epochs has more to hand out.
+          ticket = self._ticket(config.communication_window)
+        if self.planner is not None or self.tickets is not None:
+          transport.set_window_plan(w, WindowPlan(0, steps, *ticket))
       ctx.events.put(events.Restored(
           self.clock, ckpt.meta.get("metrics_offset"), self.rejected,
           list(ckpt.meta["worker_commits"])))
+    elif self.tickets is not None:
+      for w in range(config.num_workers):
+        transport.set_window_plan(w, WindowPlan(0, 0, *self._ticket(
+            config.communication_window)))
     center = jnp.asarray(initial)
     apply = server_apply_fn(strategy, layout)
     transport.publish(initial, clock=self.clock)
@@ -217,8 +246,9 @@ class _Server:
         staleness = self.clock - meta.clock
         center, state, accepted = apply(center, state, tuple(message.payload),
                                         np.int32(staleness))
-        if self.planner is not None:  # Before the acknowledgement carries it.
-          transport.set_window_plan(meta.worker, self.planner.plan(meta))
+        if self.planner is not None or self.tickets is not None:
+          # Before the acknowledgement carries it.
+          transport.set_window_plan(meta.worker, self._plan(meta, config))
         if not accepted:  # Waits for the result: the payload is read.
           self.rejected += 1
           transport.release(message)
@@ -244,6 +274,22 @@ class _Server:
     ctx.events.put(events.ServerDone(
         time.time(), self.clock, self.rejected,
         [transport.acknowledged(w) for w in range(config.num_workers)]))
+
+  def _ticket(self, steps: int):
+    """The stream's next `(start, steps)` for a window of `steps`, `(0, 0)` once spent."""
+    return self.tickets.take(steps) or (0, 0)
+
+  def _plan(self, meta: CommitMeta, config) -> WindowPlan:
+    """The worker's next `WindowPlan`: its λ_k (Dynamic Local Updates), its stream ticket."""
+    plan = (self.planner.plan(meta) if self.planner is not None else
+            WindowPlan())
+    if self.tickets is None:
+      return plan
+    # The worker keeps its last ticket until this one: it is the window it
+    # runs next, whatever happens to it in between.
+    return plan._replace(**dict(zip(
+        ("ticket_start", "ticket_steps"),
+        self._ticket(plan.local_updates or config.communication_window))))
 
   def _metrics_offset(self):
     """Asks the launcher how far metrics.jsonl goes once every event up to now is in it.
@@ -282,6 +328,11 @@ class _Server:
         # With Dynamic Local Updates, that progress in local steps.
         **({"worker_steps": list(self.planner.steps_done)}
            if self.planner is not None else {}),
+        # With a stream: its steps handed out, and each worker's next ticket.
+        **({"stream": {"taken": self.tickets.taken, "tickets": [
+            list(self.transport.window_plan(w)[2:])
+            for w in range(self.ctx.config["num_workers"])]}}
+           if self.tickets is not None else {}),
         "metrics_offset": offset,
         "config": self.ctx.config,
         "layout": [[list(s), d] for s, d in self.layout.metadata()],

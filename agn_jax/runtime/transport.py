@@ -54,9 +54,16 @@ class WindowPlan(NamedTuple):
     steps_done: local steps of the worker's handled commits (applied or
       rejected) over the whole run: where a restarted worker resumes its
       share.
+    ticket_start, ticket_steps: with `data_assignment=stream`, the steps of
+      the stream its next window trains on (`agn_jax.shares.Tickets`),
+      handed out with the acknowledgement of its last commit (its first
+      before the initial center is published); `ticket_steps` 0: the
+      stream is spent, the worker is done.
   """
   local_updates: int = 0
   steps_done: int = 0
+  ticket_start: int = 0
+  ticket_steps: int = 0
 
 
 Wire = Tuple[Tuple[int, str], ...]
@@ -248,8 +255,9 @@ _SEQLOCK_ATTEMPTS = 4
 # and only in FILLING, where the supervisor reclaims the slot.
 _FREE, _FILLING, _QUEUED, _APPLYING = 0, 1, 2, 3
 # Per worker: handled commits, done mark, commits and samples when done, and
-# its `WindowPlan` (local steps of its next window, steps done).
-_WORKER_WORDS = 6
+# its `WindowPlan` (local steps of its next window, steps done, its stream
+# ticket's start and steps).
+_WORKER_WORDS = 8
 # Per slot: owner, phase, queue position, clock of the commit, number of
 # step accuracies, local steps of its window.
 _SLOT_WORDS = 6
@@ -395,7 +403,8 @@ class SharedMemoryTransport(Transport):
 
   # The views into the segments, per process (`close` drops them).
   _VIEWS = ("_header", "_buffers", "_slots", "_acks", "_done", "_done_commits",
-            "_done_samples", "_plan_updates", "_plan_steps", "_owner",
+            "_done_samples", "_plan_updates", "_plan_steps",
+            "_ticket_start", "_ticket_steps", "_owner",
             "_phase", "_seq", "_clock", "_steps_count", "_local_updates",
             "_floats", "_steps", "_next_seq")
   _LOCKS = ("_center_lock", "_ring_lock")
@@ -424,7 +433,8 @@ class SharedMemoryTransport(Transport):
     words = self._ring_seg.array(np.int64,
                                  (_WORKER_WORDS * n + _SLOT_WORDS * s + 1,))
     (self._acks, self._done, self._done_commits, self._done_samples,
-     self._plan_updates, self._plan_steps) = (
+     self._plan_updates, self._plan_steps, self._ticket_start,
+     self._ticket_steps) = (
          words[i * n:(i + 1) * n] for i in range(_WORKER_WORDS))
     slot_words = words[_WORKER_WORDS * n:]
     (self._owner, self._phase, self._seq, self._clock, self._steps_count,
@@ -533,6 +543,8 @@ class SharedMemoryTransport(Transport):
     # is what a worker waits for before it reads them.
     self._plan_updates[worker] = plan.local_updates
     self._plan_steps[worker] = plan.steps_done
+    self._ticket_start[worker] = plan.ticket_start
+    self._ticket_steps[worker] = plan.ticket_steps
 
   def acknowledge(self, worker):
     """Counts one more of `worker`'s commits as handled."""
@@ -613,7 +625,9 @@ class SharedMemoryTransport(Transport):
 
   def window_plan(self, worker):
     return WindowPlan(int(self._plan_updates[worker]),
-                      int(self._plan_steps[worker]))
+                      int(self._plan_steps[worker]),
+                      int(self._ticket_start[worker]),
+                      int(self._ticket_steps[worker]))
 
   def finish(self, done):
     w = done.worker

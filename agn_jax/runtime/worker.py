@@ -145,12 +145,16 @@ class _Worker:
       if self._stopping():
         raise _Stopped()
 
-  def _pull(self, jnp, pushed):
-    # Read-your-writes: the center must already hold this worker's commits.
+  def _acknowledged(self, pushed):
+    """Waits until the server handled this worker's `pushed` commits (or a stop)."""
     while not self.transport.wait_acknowledged(self.index, pushed,
                                                _POLL_SECONDS):
       if self._stopping():
         break
+
+  def _pull(self, jnp, pushed):
+    # Read-your-writes: the center must already hold this worker's commits.
+    self._acknowledged(pushed)
     buffer = np.empty(self.transport.num_params, np.float32)
     clock = self.transport.pull(buffer)
     self.bytes_pulled += buffer.nbytes
@@ -210,9 +214,14 @@ class _Worker:
                                      batch) * lam
     dynamic = config.dynamic_local_updates
     # Indices into the whole training set, as `data_assignment` hands
-    # them to this worker.
-    sampler = shares.sampler(config.data_assignment, len(x), n, index,
-                             config.seed)
+    # them to this worker: its own sampler, or the shared stream's steps of
+    # the ticket the server hands it with each acknowledgement.
+    stream = config.data_assignment == shares.STREAM
+    if stream:
+      data_stream, sampler = shares.Stream(len(x), batch, config.seed), None
+    else:
+      sampler = shares.sampler(config.data_assignment, len(x), n, index,
+                               config.seed)
     fns = worker_functions(strategy, loss_fn, layout)
     self.timeline["built"] = time.time()
 
@@ -234,14 +243,17 @@ class _Worker:
 
     plan = self.transport.window_plan(index) if dynamic else WindowPlan()
     done = self.transport.steps_done(index, lam, dynamic)
-    sampler.skip(done * batch)  # The rest of this worker's share.
+    if sampler is not None:
+      sampler.skip(done * batch)  # The rest of this worker's share.
     clock, center = self._pull(jnp, base)
+    if stream:  # Set before the center was published or this acknowledged.
+      plan = self.transport.window_plan(index)
     state = fns.init(center)
     started = time.time()
     commits = base
     rejected_in_a_row = 0
     window = base
-    while done < share_steps:
+    while plan.ticket_steps > 0 if stream else done < share_steps:
       if self._stopping():
         break
       if self.fault and window == self.fault.window:
@@ -255,8 +267,12 @@ class _Worker:
           # state and so the commit all turn non-finite.
           state = state._replace(
               params=jax.tree.map(lambda p: p * np.nan, state.params))
-      steps = min(plan.local_updates or lam, share_steps - done)
-      idx = sampler.take(steps * batch)
+      if stream:
+        steps = plan.ticket_steps
+        idx = data_stream.indices(plan.ticket_start, steps)
+      else:
+        steps = min(plan.local_updates or lam, share_steps - done)
+        idx = sampler.take(steps * batch)
       batches = (x[idx].reshape(steps, batch, -1),
                  y[idx].reshape(steps, batch))
       started_window = time.time()
@@ -286,7 +302,9 @@ class _Worker:
       window += 1
       if strategy.pulls_after_commit(accepted):
         clock, center = self._pull(jnp, commits)
-      if dynamic:  # Planned before the acknowledgement `_pull` waited for.
+      elif stream:  # The next ticket comes with this commit's acknowledgement.
+        self._acknowledged(commits)
+      if dynamic or stream:  # Planned before the acknowledgement.
         plan = self.transport.window_plan(index)
       rejected_in_a_row = 0 if accepted else rejected_in_a_row + 1
       check_rejected_in_a_row(rejected_in_a_row)
