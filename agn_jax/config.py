@@ -165,24 +165,23 @@ def setting(default, help: str, *, check: Optional[Check] = None,  # pylint: dis
                            metadata=dict(metadata, help=help, check=check))
 
 
-# The valid values of a setting whose owner sits above this module (the
-# runtime's backends, platforms and metric writers): each owner registers
-# them when it is imported, as `choices` or `parse` (see `setting`).
-_REGISTERED: Dict[str, Dict[str, Any]] = {}
-
-
-def register(name: str, **metadata) -> None:
-  """Lets the owner of setting `name` say what it accepts (`choices`, `parse`).
-
-  `agn_jax.runtime.backend` registers the backends' names, for example:
-  `register("backend", choices=available)`.
-  """
-  _REGISTERED.setdefault(name, {}).update(metadata)
-
-
 def describe(field: dataclasses.Field) -> Dict[str, Any]:
-  """A field's metadata, with what its owner registered."""
-  return dict(field.metadata, **_REGISTERED.get(field.name, {}))
+  """A field's metadata (its `choices` and `parse` read their owners when called)."""
+  return dict(field.metadata)
+
+
+def _owner(module: str, attribute: str) -> Callable[..., Any]:
+  """A function of an owner module above this one, imported when first called.
+
+  The runtime owns the backends, platforms and metric writers; a setting
+  asks it for them lazily, so what a config accepts never depends on what
+  happens to have been imported.
+  """
+
+  def call(*args):
+    return getattr(importlib.import_module(module), attribute)(*args)
+
+  return call
 
 
 def _text(value) -> str:
@@ -406,7 +405,8 @@ class TrainConfig:
       "(agn, downpour, dynsgd, adag, aeasgd, eamsgd).",
       resume_fixed=True)
   platform: Optional[str] = setting(
-      None, "Platform of the workers; default: whatever JAX finds.")
+      None, "Platform of the workers; default: whatever JAX finds.",
+      choices=_names("agn_jax.runtime.placement", "PLATFORMS"))
   eval_every_seconds: float = setting(
       1.0, "Seconds between evaluations of the center on the test set; 0 "
       "or less: only the final one.", check=finite(
@@ -443,11 +443,13 @@ class TrainConfig:
       "processes", "How the run is run: processes (real processes and "
       "shared memory on this host, the reference), simulated (the workers "
       "in one deterministic program) or ray. Each has settings of its own, "
-      "whose help names it.")
+      "whose help names it.",
+      choices=_owner("agn_jax.runtime.backend", "available"))
   metric_writers: str = setting(
       "jsonl", "Where the rows of metrics.jsonl also go, comma-separated: "
       "jsonl (always on) and tensorboard (event files in the workdir, for "
-      "`tensorboard --logdir`; needs pip install 'agn-jax[tensorboard]').")
+      "`tensorboard --logdir`; needs pip install 'agn-jax[tensorboard]').",
+      parse=_owner("agn_jax.runtime.metric_writers", "parse"))
 
   options: Optional[BackendOptions] = dataclasses.field(
       default=None, metadata=dict(options=True))

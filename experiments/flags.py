@@ -17,12 +17,7 @@ from typing import Iterable, List, Optional, Sequence
 from absl import flags
 
 from agn_jax import config as config_lib
-# Imported for what they register with the config: the backends, the
-# platforms and the metric writers that their settings accept.
-from agn_jax.runtime import backend as backend_lib  # pylint: disable=unused-import
 from agn_jax.runtime import events
-from agn_jax.runtime import metric_writers  # pylint: disable=unused-import
-from agn_jax.runtime import placement  # pylint: disable=unused-import
 
 
 class UsageError(Exception):

@@ -6,6 +6,8 @@ config module.
 
 import dataclasses
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -284,3 +286,25 @@ def test_numbers_out_of_range_are_refused_by_validate(settings, message):
   with pytest.raises(ValueError) as caught:
     TrainConfig(**settings).validate()
   assert str(caught.value) == message
+
+
+def test_choices_do_not_depend_on_what_was_imported():
+  # A fresh interpreter that imports only the config: the runtime's
+  # platforms, backends and metric writers are still what it accepts.
+  code = ("import sys\n"
+          "from agn_jax.config import TrainConfig\n"
+          "for bad in (dict(platform='tpux'), dict(backend='spark'),\n"
+          "            dict(metric_writers='jsonl,wandb')):\n"
+          "  try:\n"
+          "    TrainConfig(**bad).validate()\n"
+          "  except ValueError as e:\n"
+          "    print(e)\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(__file__)))
+  lines = out.stdout.splitlines()
+  assert lines == [
+      "platform must be one of cpu, gpu, tpu, got 'tpux'",
+      "backend must be one of processes, simulated, ray, got 'spark'",
+      "metric_writers: unknown writer 'wandb'; the writers are jsonl, "
+      "tensorboard"], out.stderr[-2000:]

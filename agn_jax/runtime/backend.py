@@ -21,7 +21,6 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from agn_jax import config as config_lib
 from agn_jax.config import TrainConfig
 from agn_jax.errors import RunError, Terminated
 from agn_jax.runtime import _child
@@ -45,7 +44,6 @@ def available() -> tuple:
   return tuple(BACKENDS)
 
 
-config_lib.register("backend", choices=available)
 
 
 def backend_class(name: str):

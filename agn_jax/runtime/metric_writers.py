@@ -83,7 +83,6 @@ def parse(text: str) -> Tuple[str, ...]:
   return tuple(n for n in WRITERS if n == "jsonl" or n in names)
 
 
-config_lib.register("metric_writers", parse=parse)
 
 
 def open_writers(text: str, workdir: str, config: Dict[str, object],

@@ -11,10 +11,8 @@ import importlib.util
 import os
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
-from agn_jax import config as config_lib
 
 PLATFORMS = ("cpu", "gpu", "tpu")
-config_lib.register("platform", choices=lambda: PLATFORMS)
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                 "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
