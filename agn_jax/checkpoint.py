@@ -39,6 +39,52 @@ class Checkpoint(NamedTuple):
   meta: Dict[str, Any]
 
 
+class Meta(NamedTuple):
+  """What a run records beside a checkpoint's arrays, built in one place for every backend.
+
+  Written as JSON (`to_json`: the fields that are set); read back as a
+  plain dict (`Checkpoint.meta`), which `validate_meta` checks before
+  anything trusts it.
+
+  Attributes:
+    num_commits: commits applied to the center (the checkpoint's step).
+    rejected_commits: commits the server rejected.
+    worker_commits: each worker's handled commits (applied or rejected):
+      its progress, in windows.
+    config: the run's `TrainConfig.to_dict()`.
+    layout: the parameters' shapes and dtypes (`FlatLayout.metadata()`).
+    metrics_offset: bytes of metrics.jsonl that this checkpoint's state has
+      seen (a resume truncates the file there).
+    time: when it was written (`time.time()`).
+    worker_steps: each worker's local steps, where windows differ in
+      length (Dynamic Local Updates) or come from a stream.
+    stream: with `data_assignment=stream` on real workers, the steps handed
+      out (`taken`) and each worker's next ticket (`tickets`).
+    simulation: the simulator's own state (`Simulation.state()["meta"]`).
+
+  Example:
+    >>> Meta(3, 0, [2, 1], {}, [], time=1.0).to_json()["worker_commits"]
+    [2, 1]
+    >>> "stream" in Meta(3, 0, [2, 1], {}, []).to_json()
+    False
+  """
+  num_commits: int
+  rejected_commits: int
+  worker_commits: List[int]
+  config: Dict[str, Any]
+  layout: List[Any]
+  metrics_offset: Optional[int] = None
+  time: Optional[float] = None
+  worker_steps: Optional[List[int]] = None
+  stream: Optional[Dict[str, Any]] = None
+  simulation: Optional[Dict[str, Any]] = None
+
+  def to_json(self) -> Dict[str, Any]:
+    """The JSON object a checkpoint stores: every field that is set."""
+    return {k: v for k, v in self._asdict().items()
+            if v is not None or k == "metrics_offset"}
+
+
 def _manager(directory: str, create: bool):
   # Imported lazily: orbax is heavy and only the server and tools need it.
   try:

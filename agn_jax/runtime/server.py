@@ -318,25 +318,22 @@ class _Server:
   def _contents(self, center, state):
     """The checkpoint of this clock: `(center, server leaves, meta)`."""
     import jax
+    from agn_jax import checkpoint
     offset = self._metrics_offset()
-    meta = {
-        "num_commits": self.clock,
-        "rejected_commits": self.rejected,
+    n = self.ctx.config["num_workers"]
+    meta = checkpoint.Meta(
+        num_commits=self.clock, rejected_commits=self.rejected,
         # Each worker's progress through its data share, in windows.
-        "worker_commits": [self.transport.acknowledged(w)
-                           for w in range(self.ctx.config["num_workers"])],
+        worker_commits=[self.transport.acknowledged(w) for w in range(n)],
+        config=self.ctx.config,
+        layout=[[list(s), d] for s, d in self.layout.metadata()],
+        metrics_offset=offset, time=time.time(),
         # With Dynamic Local Updates, that progress in local steps.
-        **({"worker_steps": list(self.planner.steps_done)}
-           if self.planner is not None else {}),
+        worker_steps=(list(self.planner.steps_done)
+                      if self.planner is not None else None),
         # With a stream: its steps handed out, and each worker's next ticket.
-        **({"stream": {"taken": self.tickets.taken, "tickets": [
-            list(self.transport.window_plan(w)[2:])
-            for w in range(self.ctx.config["num_workers"])]}}
-           if self.tickets is not None else {}),
-        "metrics_offset": offset,
-        "config": self.ctx.config,
-        "layout": [[list(s), d] for s, d in self.layout.metadata()],
-        "time": time.time(),
-    }
+        stream=({"taken": self.tickets.taken, "tickets": [
+            list(self.transport.window_plan(w)[2:]) for w in range(n)]}
+                if self.tickets is not None else None)).to_json()
     return (np.array(center), [np.array(x) for x in jax.tree.leaves(state)],
             meta)

@@ -229,24 +229,20 @@ class SimulatedBackend(backend_lib.Backend):
   def _contents(self):
     """The checkpoint of the simulation now: `(center, leaves, meta)`."""
     import jax
+    from agn_jax import checkpoint
     sim = self.sim
     state = sim.state()
     meta = state["meta"]
-    book_meta = {
-        "num_commits": sim.clock,
-        "rejected_commits": meta["rejected_commits"],
-        "worker_commits": list(meta["windows_done"]),
-        **({"worker_steps": [sim.steps_done(k)
-                             for k in range(sim.num_workers)]}
-           if sim.dynamic_local_updates or
-           self.config.data_assignment == "stream"
-           else {}),
-        "metrics_offset": self.book.metrics_position(),
-        "config": self.config.to_dict(),
-        "layout": [[list(s), d] for s, d in self.layout.metadata()],
-        "time": time.time(),
-        "simulation": meta,
-    }
+    book_meta = checkpoint.Meta(
+        num_commits=sim.clock, rejected_commits=meta["rejected_commits"],
+        worker_commits=list(meta["windows_done"]),
+        config=self.config.to_dict(),
+        layout=[[list(s), d] for s, d in self.layout.metadata()],
+        metrics_offset=self.book.metrics_position(), time=time.time(),
+        worker_steps=([sim.steps_done(k) for k in range(sim.num_workers)]
+                      if sim.dynamic_local_updates or
+                      self.config.data_assignment == "stream" else None),
+        simulation=meta).to_json()
     return sim.center(), jax.tree.leaves(state["arrays"]), book_meta
 
   def _finish(self, save: bool = True):
