@@ -725,13 +725,22 @@ class Simulation:
       payload, state = strategy.worker_commit(w.state(strategy), pulled)
       center, server, accepted = strategy.server_apply(center, server, payload,
                                                        staleness)
-      # A pull costs nothing here: every worker receives the new center.
-      received = strategy.worker_receive(state, center, accepted)
+      # A pull costs nothing here. As the contract says: the worker receives
+      # the new center where it pulls after its commit
+      # (`pulls_after_commit(accepted)`), else the one its commit used.
+      if strategy.pull_before_commit:
+        given = jax.tree.map(lambda new, used: jnp.where(accepted, used, new),
+                             center, pulled)
+      else:
+        given = center
+      received = strategy.worker_receive(state, given, accepted)
       # An optimizer-state leaf that an accepted commit and pull leave as it
       # was (AGN's delta, Adam's moments) keeps its old array, so `put` does
       # not write it back; `_restart` resets it after the round for a
       # rejected worker.
-      kept = strategy.worker_receive(state, center, True)
+      kept = strategy.worker_receive(state, pulled if
+                                     strategy.pull_before_commit else center,
+                                     True)
       opt_state = jax.tree.map(lambda new, k, old: old if k is old else new,
                                received.opt_state, kept.opt_state, w.opt_state)
       w_new = _Workers(received.params, opt_state,

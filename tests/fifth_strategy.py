@@ -52,3 +52,34 @@ def half_delta(communication_window: int = 10,
       payload=("delta",),
       commit_fn=commit,
       pull_fn=restart)
+
+
+AVERAGING_NAME = "tests.fifth_strategy:pull_first_and_average"
+
+
+def pull_first_and_average(communication_window: int = 10,
+                           learning_rate: float = 0.1) -> strategies.Strategy:
+  """Pull before the commit, commit a quarter of the way to the center, then average with the center received.
+
+  Its `worker_receive` reads the center, and it pulls before its commit:
+  the contract hands it the center its commit used (it does not pull
+  again), not the one after the server applied the commit.
+  """
+  sgd = optax.sgd(learning_rate)
+
+  def commit(params, opt_state, center):
+    quarter = jax.tree.map(lambda p, c: 0.25 * (p - c), params, center)
+    return {"delta": quarter}, params, opt_state
+
+  def average(params, opt_state, center):
+    return jax.tree.map(lambda p, c: 0.5 * (p + c), params, center), opt_state
+
+  return strategies.Strategy(
+      name="pull_first_and_average",
+      communication_window=communication_window,
+      worker_transform=sgd,
+      rule=strategies.server_rule(strategies.add_increment),
+      pull_before_commit=True,
+      payload=("delta",),
+      commit_fn=commit,
+      pull_fn=average)
