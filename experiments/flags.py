@@ -462,6 +462,21 @@ def exit_with_error(program: str, message: str, status: int = 1):
   sys.exit(status)
 
 
+def exit_interrupted(program: str, message: str, status: int):
+  """`exit_with_error` for an interrupt: the line, then an immediate exit.
+
+  Ctrl-C can land while XLA's threads are still compiling; the interpreter's
+  teardown then races them and may end in a segmentation fault after the
+  line (exit 139 instead of 130). Everything the run writes is closed by
+  then (the runtime's own `finally` blocks ran), so the process leaves
+  without a teardown.
+  """
+  message = " ".join(str(message).split())
+  print(f"{program}: error: {message}", file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
 def default_workdir(strategy: str, num_workers: int,
                     communication_window: int, root: str = "runs") -> str:
   """Creates and returns `runs/<strategy>-n<N>-l<λ>-<timestamp>-<pid>-<random>`.

@@ -327,14 +327,13 @@ def main(argv):
                       if was_terminated(e) else
                       ("interrupted", EXIT_INTERRUPTED))
       if has_results(config.workdir):
-        flags_lib.exit_with_error(
-            program, f"{what}; partial results in {config.workdir}",
-            status=status)
+        flags_lib.exit_interrupted(
+            program, f"{what}; partial results in {config.workdir}", status)
       if not existed:
         remove_if_unstarted(config.workdir)
-      flags_lib.exit_with_error(
+      flags_lib.exit_interrupted(
           program, f"{what} before the run started; nothing was written",
-          status=status)
+          status)
     except runtime.NothingToDo as e:
       print(f"{program}: {e}")
       return

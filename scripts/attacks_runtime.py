@@ -173,3 +173,24 @@ class RuntimeAttacks:
     if os.path.lexists(workdir):
       raise Failed(f"left {workdir} behind")
     return line
+
+  def attack_18n(self):
+    """Ctrl-C at every moment of a simulated run's first seconds: exit 130 and one line, never a segmentation fault"""
+    seen = []
+    for delay in (1.0, 2.5, 4.0, 5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 8.0, 9.0, 10.5):
+      workdir = self.path(f"interrupt_{delay:g}")
+      proc = start("train", "--dataset=digits", "--backend=simulated",
+                   "--num_workers=4", "--communication_window=2",
+                   "--epochs=12", "--noplots", f"--workdir={workdir}")
+      time.sleep(delay)
+      proc.send_signal(signal.SIGINT)
+      result = finish(proc)
+      if result.rc == 0:  # It ended before the interrupt came.
+        continue
+      if result.rc != 130 or "Fatal Python error" in result.stderr:
+        raise Failed(f"Ctrl-C after {delay:g} s: exit {result.rc}; "
+                     f"{lines_of(result.stderr)[-3:]}")
+      seen.append(expect_one_line_error(result, "train"))
+    if not seen:
+      raise Failed("every run ended before its interrupt")
+    return f"{len(seen)} interrupts, each exit 130: {seen[-1]}"
