@@ -14,6 +14,7 @@ import pytest
 
 from agn_jax.config import TrainConfig
 from experiments import flags as flags_lib
+from experiments import startup
 from helpers import assert_one_line_error, run_cli, snapshot
 
 # Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
@@ -26,6 +27,37 @@ TINY = ("--num_workers=2", "--communication_window=4", "--epochs=20",
 
 
 train = run_cli
+
+
+def train_here(monkeypatch, capsys, *args):
+  """`python -m experiments.train ARGS`, refused, in this process: its result as `subprocess.run`'s.
+
+  The program's own steps: `parse_flags_or_exit` on freshly defined train
+  flags (what `app.run` calls with them), then `experiments.train.main`,
+  whose checks end in `exit_with_error`. Only for command lines the program
+  must refuse: were one accepted, the run's start (`startup.take_over`)
+  fails the test instead of training here. A second of the subprocess's
+  start-up saved per case; the subprocess cases (one of each kind) check
+  that the program itself says the same.
+  """
+  from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
+  values = flags.FlagValues()
+  flags_lib.define_train_flags(values)
+  # As `python -m experiments.train` has it: the program's path first.
+  argv = [os.path.join(ROOT, "experiments", "train.py"), *args]
+  monkeypatch.setattr(train_lib, "FLAGS", values)
+  monkeypatch.setattr(sys, "argv", argv)
+
+  def accepted(*_, **__):
+    raise AssertionError(f"train accepted {args!r}: the run would start")
+
+  monkeypatch.setattr(startup, "take_over", accepted)
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_:
+    train_lib.main(flags_lib.parse_flags_or_exit(argv, values))
+  captured = capsys.readouterr()
+  return subprocess.CompletedProcess(argv, exit_.value.code, captured.out,
+                                     captured.err)
 
 
 def test_config_from_flags_fills_every_field():
@@ -54,7 +86,7 @@ def test_config_from_flags_fills_every_field():
   assert config.workdir.startswith(os.path.join("runs", "agn-n4-l10-"))
 
 
-def test_train_end_to_end(tmp_path):
+def test_train_end_to_end(tmp_path, monkeypatch, capsys):
   workdir = tmp_path / "run"
   result = train(*TINY, f"--workdir={workdir}")
   assert result.returncode == 0, result.stderr[-3000:]
@@ -98,10 +130,13 @@ def test_train_end_to_end(tmp_path):
   pair = compared.stdout.split("E train\n")[1].splitlines()[0].split()
   assert pair[-2:] == ["1.0000", "1.0000"], compared.stdout
 
-  # The same workdir again, without --resume: refused, nothing touched.
+  # The same workdir again, without --resume: refused, nothing touched
+  # (through the program's own checks, in this process: the subprocess
+  # cases of test_bad_flags_are_one_line_errors run the same exit).
   before = snapshot(workdir)
-  line = assert_one_line_error(train(*TINY, f"--workdir={workdir}"))
-  assert "--resume" in line
+  result = train_here(monkeypatch, capsys, *TINY, f"--workdir={workdir}")
+  line = assert_one_line_error(result)
+  assert "--resume" in line and result.returncode == 2
   assert snapshot(workdir) == before
 
 
@@ -137,6 +172,12 @@ BAD_FLAGS = {
     "positional": (["extra"], "extra"),
     "missing flagfile": (["--flagfile=/nonexistent/x.flags"], "flagfile"),
 }
+# One case of each kind runs the program as a subprocess: a value outside
+# an enum, an integer that is not one, a non-finite float, an unknown flag,
+# a positional argument, a flagfile that cannot be opened. The others take
+# the same path (`parse_flags_or_exit`, then `main`) in this process.
+BAD_FLAGS_AS_SUBPROCESS = ("bad enum", "not an int", "nan epochs",
+                           "unknown flag", "positional", "missing flagfile")
 
 
 def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
@@ -163,12 +204,16 @@ def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FLAGS))
-def test_bad_flags_are_one_line_errors(tmp_path, case):
+def test_bad_flags_are_one_line_errors(tmp_path, case, monkeypatch, capsys):
   args, named = BAD_FLAGS[case]
   workdir = tmp_path / "run"
   workdir.mkdir()
   (workdir / "summary.json").write_text('{"keep": true}')
-  result = train(*args, f"--workdir={workdir}", "--resume")
+  if case in BAD_FLAGS_AS_SUBPROCESS:
+    result = train(*args, f"--workdir={workdir}", "--resume")
+  else:
+    result = train_here(monkeypatch, capsys, *args, f"--workdir={workdir}",
+                        "--resume")
   line = assert_one_line_error(result)
   assert named in line
   assert result.returncode == 2
@@ -176,27 +221,34 @@ def test_bad_flags_are_one_line_errors(tmp_path, case):
          } == {"summary.json": b'{"keep": true}'}
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--strategy=eamsgd", "--worker_optimizer=adam"], "momentum"),
-    (["--strategy=downpour", "--normalization=l2"], "normalization"),
-    (["--strategy=aeasgd", "--normalization=window"], "normalization"),
+# The first as a subprocess, the others through the same checks of `main`
+# in this process (`train_here`).
+@pytest.mark.parametrize("args, named, subprocess_", [
+    (["--strategy=eamsgd", "--worker_optimizer=adam"], "momentum", True),
+    (["--strategy=downpour", "--normalization=l2"], "normalization", False),
+    (["--strategy=aeasgd", "--normalization=window"], "normalization", False),
     (["--dynamic_local_updates", "--communication_window=1"],
-     "communication_window > 1"),
+     "communication_window > 1", False),
 ])
 def test_settings_the_strategy_cannot_honour_are_one_line_errors(
-    tmp_path, args, named):
+    tmp_path, args, named, subprocess_, monkeypatch, capsys):
   workdir = tmp_path / "run"
-  result = train(*args, f"--workdir={workdir}")
+  if subprocess_:
+    result = train(*args, f"--workdir={workdir}")
+  else:
+    result = train_here(monkeypatch, capsys, *args, f"--workdir={workdir}")
   line = assert_one_line_error(result)
   assert named in line
   assert result.returncode == 2
   assert not workdir.exists()
 
 
-def test_a_typed_flag_of_another_backend_is_one_line(tmp_path):
+def test_a_typed_flag_of_another_backend_is_one_line(tmp_path, monkeypatch,
+                                                    capsys):
+  # Through `main`'s checks in this process (`train_here`), as typed.
   workdir = tmp_path / "run"
-  result = train("--num_slots=2", "--backend=simulated",
-                 f"--workdir={workdir}")
+  result = train_here(monkeypatch, capsys, "--num_slots=2",
+                      "--backend=simulated", f"--workdir={workdir}")
   assert assert_one_line_error(result) == (
       "train: error: --num_slots is a setting of the processes and ray "
       "backends; --backend=simulated does not use it")
