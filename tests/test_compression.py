@@ -442,7 +442,13 @@ def test_threads_backend_counts_the_bytes_it_sent(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["processes", "simulated", "ray"])
+@pytest.mark.parametrize("backend", [
+    "processes", "simulated",
+    # soak: [processes] covers the count of a process worker's int8 commits
+    # and pulls (the books Ray's workers share) in the suite, and
+    # tests/test_transport_conformance.py's [ray] cases the Ray transport
+    # carrying a commit's arrays whole.
+    pytest.param("ray", marks=pytest.mark.soak)])
 def test_every_backend_counts_the_int8_bytes_it_moved(tmp_path, backend):
   if backend == "ray":
     pytest.importorskip("ray")
