@@ -14,8 +14,7 @@ import pytest
 
 from agn_jax.config import TrainConfig
 from experiments import flags as flags_lib
-from experiments import startup
-from helpers import assert_one_line_error, run_cli, snapshot
+from helpers import assert_one_line_error, run_cli, snapshot, train_here
 
 # Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
 pytestmark = pytest.mark.slow
@@ -27,37 +26,6 @@ TINY = ("--num_workers=2", "--communication_window=4", "--epochs=20",
 
 
 train = run_cli
-
-
-def train_here(monkeypatch, capsys, *args):
-  """`python -m experiments.train ARGS`, refused, in this process: its result as `subprocess.run`'s.
-
-  The program's own steps: `parse_flags_or_exit` on freshly defined train
-  flags (what `app.run` calls with them), then `experiments.train.main`,
-  whose checks end in `exit_with_error`. Only for command lines the program
-  must refuse: were one accepted, the run's start (`startup.take_over`)
-  fails the test instead of training here. A second of the subprocess's
-  start-up saved per case; the subprocess cases (one of each kind) check
-  that the program itself says the same.
-  """
-  from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
-  values = flags.FlagValues()
-  flags_lib.define_train_flags(values)
-  # As `python -m experiments.train` has it: the program's path first.
-  argv = [os.path.join(ROOT, "experiments", "train.py"), *args]
-  monkeypatch.setattr(train_lib, "FLAGS", values)
-  monkeypatch.setattr(sys, "argv", argv)
-
-  def accepted(*_, **__):
-    raise AssertionError(f"train accepted {args!r}: the run would start")
-
-  monkeypatch.setattr(startup, "take_over", accepted)
-  capsys.readouterr()
-  with pytest.raises(SystemExit) as exit_:
-    train_lib.main(flags_lib.parse_flags_or_exit(argv, values))
-  captured = capsys.readouterr()
-  return subprocess.CompletedProcess(argv, exit_.value.code, captured.out,
-                                     captured.err)
 
 
 def test_config_from_flags_fills_every_field():
@@ -184,10 +152,11 @@ def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
   # No optimizer flags: AEASGD as the thesis ran it (PAPER.md): Adam 1e-3
   # locally, ρ = 5, elastic η = 0.01, so α = 0.05; config.json,
   # summary.json and the printed summary say so.
+  # One worker and no plots: what is recorded does not depend on them.
   workdir = tmp_path / "run"
-  result = train("--strategy=aeasgd", "--num_workers=2",
+  result = train("--strategy=aeasgd", "--num_workers=1",
                  "--communication_window=4", "--epochs=2",
-                 "--hidden_sizes=16", "--eval_every_seconds=0",
+                 "--hidden_sizes=16", "--eval_every_seconds=0", "--noplots",
                  f"--workdir={workdir}")
   assert result.returncode == 0, result.stderr[-3000:]
   config = json.loads((workdir / "config.json").read_text())
@@ -272,14 +241,17 @@ def test_write_config_records_the_resolved_settings(tmp_path):
   assert written["command"] == "train --rho=2"
 
 
-def test_bad_flag_inside_flagfile(tmp_path):
+def test_bad_flag_inside_flagfile(tmp_path, monkeypatch, capsys):
   flagfile = tmp_path / "bad.flags"
   flagfile.write_text("# a comment\n--num_workers=2\n--no_such_flag=1\n")
   line = assert_one_line_error(train(f"--flagfile={flagfile}"))
   assert "no_such_flag" in line and str(flagfile) in line
+  # A bad value there: the same parse, in this process.
   flagfile.write_text("--num_workers=-3\n")
-  line = assert_one_line_error(train(f"--flagfile={flagfile}"))
+  result = train_here(monkeypatch, capsys, f"--flagfile={flagfile}")
+  line = assert_one_line_error(result)
   assert "--num_workers" in line and "[1, 2147483647]" in line
+  assert result.returncode == 2
 
 
 @pytest.mark.parametrize("program", ["train", "compare", "sweep", "report"])

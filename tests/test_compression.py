@@ -293,7 +293,11 @@ def test_a_restored_simulation_keeps_its_residuals(digits_runs):
   np.testing.assert_array_equal(second.center(), int8.center())
 
 
+# soak: test_a_lossless_code_commits_exactly_as_none covers topk:1 keeping
+# the centers and the worker's parameters bit for bit as none's, through the
+# strategy the simulator runs, in the suite.
 @pytest.mark.slow
+@pytest.mark.soak
 def test_a_lossless_code_simulates_exactly_as_none(digits_runs):
   none, _ = digits_runs["none"]
   lossless, _ = _digits_sim("topk:1")
