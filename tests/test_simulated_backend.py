@@ -160,8 +160,8 @@ def test_one_worker_agrees_with_the_processes_backend(tmp_path):
 # soak: tests/test_simulator.py's CommitOrderTest.test_speeds covers the
 # commit order of per-worker speeds, test_bad_worker_speeds_is_one_line the
 # --speed_model=speeds: flag reaching the config's checks, and
-# tests/test_server_optimizers.py's test_trains_on_the_simulator_through_the_cli
-# a simulated run through the CLI with its plots, in the suite.
+# test_ctrl_c_checkpoints_between_rounds_and_resume_finishes a simulated run
+# through the CLI to its end, curves.png included, in the suite.
 @pytest.mark.soak
 def test_speeds_order_through_the_cli(tmp_path):
   result = run_cli("--backend=simulated", "--num_workers=2",
@@ -319,3 +319,4 @@ def test_ctrl_c_checkpoints_between_rounds_and_resume_finishes(tmp_path):
   assert [c["clock"] for c in commits] == list(
       range(1, summary["expected_commits"] + 1))
   assert not os.path.exists(workdir / ".lock")
+  assert (workdir / "curves.png").is_file()
