@@ -255,7 +255,8 @@ def test_bad_flag_inside_flagfile(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("program", ["train", "compare", "sweep", "report"])
-def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program):
+def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program,
+                                                          monkeypatch, capsys):
   # absl would skip the file met again with a warning, and the run would go
   # ahead without the flags meant for it.
   itself = tmp_path / "self.flags"
@@ -268,12 +269,16 @@ def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program):
   if program == "train":
     cases.append((itself, "self.flags includes itself (self.flags -> "))
   for flagfile, said in cases:
-    result = subprocess.run(
-        [sys.executable, "-m", f"experiments.{program}",
-         f"--flagfile={flagfile.name}", "--workdir=run", "--sweep_dir=sweep"
-         if program == "sweep" else "--output=x.png"
-         if program == "compare" else "--workdir=run"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    args = [f"--flagfile={flagfile.name}", "--workdir=run", "--sweep_dir=sweep"
+            if program == "sweep" else "--output=x.png"
+            if program == "compare" else "--workdir=run"]
+    if flagfile == itself:  # The same parse in this process (`train_here`).
+      monkeypatch.chdir(tmp_path)
+      result = train_here(monkeypatch, capsys, *args)
+    else:
+      result = subprocess.run(
+          [sys.executable, "-m", f"experiments.{program}", *args],
+          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
