@@ -9,9 +9,17 @@ it lives in a fresh temporary directory (never the checkout or $HOME),
 removed at the end, so no run of the suite depends on what an earlier one
 left. The parts the runtime spawns (workers, server, evaluator, Ray actors)
 use the runtime's own cache, `$AGN_JAX_CACHE_DIR`, as in any run.
+
+Tests marked `soak` (end-to-end runs whose behaviour a cheaper test of the
+suite covers: each says which) are left out of the suite, so that it stays
+under CI's 8 minutes. They run with `-m soak` (or any -m expression that
+names `soak`), with AGN_JAX_SOAK=1, or when named one by one as
+`FILE::TEST`; `bash scripts/soak.sh` runs them all.
 """
 
 import os
+import pathlib
+import re
 import shutil
 import sys
 import tempfile
@@ -45,3 +53,44 @@ def pytest_unconfigure(config):
   del config
   while _made:
     shutil.rmtree(_made.pop(), ignore_errors=True)
+
+
+_SOAK_ENV = "AGN_JAX_SOAK"
+
+
+def _runs_soak(config) -> bool:
+  """Whether this session asked for the soak tests: AGN_JAX_SOAK, or a -m naming `soak`."""
+  if os.environ.get(_SOAK_ENV, "") not in ("", "0"):
+    return True
+  return "soak" in re.findall(r"\w+", config.getoption("markexpr") or "")
+
+
+def _named(config):
+  """The `FILE::TEST` arguments, as node ids relative to the root directory."""
+  named = set()
+  for arg in config.args:
+    if "::" not in arg:
+      continue
+    path, rest = arg.split("::", 1)
+    try:
+      path = pathlib.Path(path).resolve().relative_to(config.rootpath)
+    except ValueError:
+      continue
+    named.add(f"{path.as_posix()}::{rest}")
+  return named
+
+
+def pytest_collection_modifyitems(config, items):
+  if _runs_soak(config):
+    return
+  named = _named(config)
+  kept, left_out = [], []
+  for item in items:
+    if (item.get_closest_marker("soak") is None or item.nodeid in named or
+        item.nodeid.split("[", 1)[0] in named):
+      kept.append(item)
+    else:
+      left_out.append(item)
+  if left_out:
+    config.hook.pytest_deselected(items=left_out)
+    items[:] = kept

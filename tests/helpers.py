@@ -1,4 +1,4 @@
-"""Helpers shared by the end-to-end tests: the CLI as a subprocess, leak checks."""
+"""Helpers shared by the end-to-end tests: the CLI as a subprocess (or its refusals in-process), leak checks."""
 
 import json
 import os
@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 
+from absl import flags
 import psutil
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -17,6 +19,41 @@ def run_cli(*args, timeout=120):
   return subprocess.run([sys.executable, "-m", "experiments.train", *args],
                         cwd=REPO, capture_output=True, text=True,
                         timeout=timeout)
+
+
+def train_here(monkeypatch, capsys, *args):
+  """`python -m experiments.train ARGS`, to be refused, in this process: its result as `subprocess.run`'s.
+
+  The program's own steps: `parse_flags_or_exit` on freshly defined train
+  flags (what `app.run` calls with them), then `experiments.train.main`,
+  whose checks end in `exit_with_error`. Only for command lines the program
+  must refuse: were one accepted, the run's start (`startup.take_over`)
+  fails the test instead of training here. It saves the subprocess's
+  seconds of start-up; where a test uses it, a case of the same kind also
+  runs the program as a subprocess, which says the same.
+  """
+  # pylint: disable=g-import-not-at-top
+  from experiments import flags as flags_lib
+  from experiments import startup
+  from experiments import train as train_lib
+  # pylint: enable=g-import-not-at-top
+  values = flags.FlagValues()
+  flags_lib.define_train_flags(values)
+  # As `python -m experiments.train` has it: the program's path first.
+  argv = [str(REPO / "experiments" / "train.py"), *args]
+  monkeypatch.setattr(train_lib, "FLAGS", values)
+  monkeypatch.setattr(sys, "argv", argv)
+
+  def accepted(*_, **__):
+    raise AssertionError(f"train accepted {args!r}: the run would start")
+
+  monkeypatch.setattr(startup, "take_over", accepted)
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_:
+    train_lib.main(flags_lib.parse_flags_or_exit(argv, values))
+  captured = capsys.readouterr()
+  return subprocess.CompletedProcess(argv, exit_.value.code, captured.out,
+                                     captured.err)
 
 
 def assert_one_line_error(result):

@@ -14,7 +14,7 @@ import pytest
 
 from agn_jax.config import TrainConfig
 from experiments import flags as flags_lib
-from helpers import assert_one_line_error, run_cli, snapshot
+from helpers import assert_one_line_error, run_cli, snapshot, train_here
 
 # Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def test_config_from_flags_fills_every_field():
   assert config.workdir.startswith(os.path.join("runs", "agn-n4-l10-"))
 
 
-def test_train_end_to_end(tmp_path):
+def test_train_end_to_end(tmp_path, monkeypatch, capsys):
   workdir = tmp_path / "run"
   result = train(*TINY, f"--workdir={workdir}")
   assert result.returncode == 0, result.stderr[-3000:]
@@ -98,10 +98,13 @@ def test_train_end_to_end(tmp_path):
   pair = compared.stdout.split("E train\n")[1].splitlines()[0].split()
   assert pair[-2:] == ["1.0000", "1.0000"], compared.stdout
 
-  # The same workdir again, without --resume: refused, nothing touched.
+  # The same workdir again, without --resume: refused, nothing touched
+  # (through the program's own checks, in this process: the subprocess
+  # cases of test_bad_flags_are_one_line_errors run the same exit).
   before = snapshot(workdir)
-  line = assert_one_line_error(train(*TINY, f"--workdir={workdir}"))
-  assert "--resume" in line
+  result = train_here(monkeypatch, capsys, *TINY, f"--workdir={workdir}")
+  line = assert_one_line_error(result)
+  assert "--resume" in line and result.returncode == 2
   assert snapshot(workdir) == before
 
 
@@ -137,16 +140,23 @@ BAD_FLAGS = {
     "positional": (["extra"], "extra"),
     "missing flagfile": (["--flagfile=/nonexistent/x.flags"], "flagfile"),
 }
+# One case of each kind runs the program as a subprocess: a value outside
+# an enum, an integer that is not one, a non-finite float, an unknown flag,
+# a positional argument, a flagfile that cannot be opened. The others take
+# the same path (`parse_flags_or_exit`, then `main`) in this process.
+BAD_FLAGS_AS_SUBPROCESS = ("bad enum", "not an int", "nan epochs",
+                           "unknown flag", "positional", "missing flagfile")
 
 
 def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
   # No optimizer flags: AEASGD as the thesis ran it (PAPER.md): Adam 1e-3
   # locally, ρ = 5, elastic η = 0.01, so α = 0.05; config.json,
   # summary.json and the printed summary say so.
+  # One worker and no plots: what is recorded does not depend on them.
   workdir = tmp_path / "run"
-  result = train("--strategy=aeasgd", "--num_workers=2",
+  result = train("--strategy=aeasgd", "--num_workers=1",
                  "--communication_window=4", "--epochs=2",
-                 "--hidden_sizes=16", "--eval_every_seconds=0",
+                 "--hidden_sizes=16", "--eval_every_seconds=0", "--noplots",
                  f"--workdir={workdir}")
   assert result.returncode == 0, result.stderr[-3000:]
   config = json.loads((workdir / "config.json").read_text())
@@ -163,12 +173,16 @@ def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FLAGS))
-def test_bad_flags_are_one_line_errors(tmp_path, case):
+def test_bad_flags_are_one_line_errors(tmp_path, case, monkeypatch, capsys):
   args, named = BAD_FLAGS[case]
   workdir = tmp_path / "run"
   workdir.mkdir()
   (workdir / "summary.json").write_text('{"keep": true}')
-  result = train(*args, f"--workdir={workdir}", "--resume")
+  if case in BAD_FLAGS_AS_SUBPROCESS:
+    result = train(*args, f"--workdir={workdir}", "--resume")
+  else:
+    result = train_here(monkeypatch, capsys, *args, f"--workdir={workdir}",
+                        "--resume")
   line = assert_one_line_error(result)
   assert named in line
   assert result.returncode == 2
@@ -176,27 +190,34 @@ def test_bad_flags_are_one_line_errors(tmp_path, case):
          } == {"summary.json": b'{"keep": true}'}
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--strategy=eamsgd", "--worker_optimizer=adam"], "momentum"),
-    (["--strategy=downpour", "--normalization=l2"], "normalization"),
-    (["--strategy=aeasgd", "--normalization=window"], "normalization"),
+# The first as a subprocess, the others through the same checks of `main`
+# in this process (`train_here`).
+@pytest.mark.parametrize("args, named, subprocess_", [
+    (["--strategy=eamsgd", "--worker_optimizer=adam"], "momentum", True),
+    (["--strategy=downpour", "--normalization=l2"], "normalization", False),
+    (["--strategy=aeasgd", "--normalization=window"], "normalization", False),
     (["--dynamic_local_updates", "--communication_window=1"],
-     "communication_window > 1"),
+     "communication_window > 1", False),
 ])
 def test_settings_the_strategy_cannot_honour_are_one_line_errors(
-    tmp_path, args, named):
+    tmp_path, args, named, subprocess_, monkeypatch, capsys):
   workdir = tmp_path / "run"
-  result = train(*args, f"--workdir={workdir}")
+  if subprocess_:
+    result = train(*args, f"--workdir={workdir}")
+  else:
+    result = train_here(monkeypatch, capsys, *args, f"--workdir={workdir}")
   line = assert_one_line_error(result)
   assert named in line
   assert result.returncode == 2
   assert not workdir.exists()
 
 
-def test_a_typed_flag_of_another_backend_is_one_line(tmp_path):
+def test_a_typed_flag_of_another_backend_is_one_line(tmp_path, monkeypatch,
+                                                    capsys):
+  # Through `main`'s checks in this process (`train_here`), as typed.
   workdir = tmp_path / "run"
-  result = train("--num_slots=2", "--backend=simulated",
-                 f"--workdir={workdir}")
+  result = train_here(monkeypatch, capsys, "--num_slots=2",
+                      "--backend=simulated", f"--workdir={workdir}")
   assert assert_one_line_error(result) == (
       "train: error: --num_slots is a setting of the processes and ray "
       "backends; --backend=simulated does not use it")
@@ -220,18 +241,22 @@ def test_write_config_records_the_resolved_settings(tmp_path):
   assert written["command"] == "train --rho=2"
 
 
-def test_bad_flag_inside_flagfile(tmp_path):
+def test_bad_flag_inside_flagfile(tmp_path, monkeypatch, capsys):
   flagfile = tmp_path / "bad.flags"
   flagfile.write_text("# a comment\n--num_workers=2\n--no_such_flag=1\n")
   line = assert_one_line_error(train(f"--flagfile={flagfile}"))
   assert "no_such_flag" in line and str(flagfile) in line
+  # A bad value there: the same parse, in this process.
   flagfile.write_text("--num_workers=-3\n")
-  line = assert_one_line_error(train(f"--flagfile={flagfile}"))
+  result = train_here(monkeypatch, capsys, f"--flagfile={flagfile}")
+  line = assert_one_line_error(result)
   assert "--num_workers" in line and "[1, 2147483647]" in line
+  assert result.returncode == 2
 
 
 @pytest.mark.parametrize("program", ["train", "compare", "sweep", "report"])
-def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program):
+def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program,
+                                                          monkeypatch, capsys):
   # absl would skip the file met again with a warning, and the run would go
   # ahead without the flags meant for it.
   itself = tmp_path / "self.flags"
@@ -244,12 +269,16 @@ def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program):
   if program == "train":
     cases.append((itself, "self.flags includes itself (self.flags -> "))
   for flagfile, said in cases:
-    result = subprocess.run(
-        [sys.executable, "-m", f"experiments.{program}",
-         f"--flagfile={flagfile.name}", "--workdir=run", "--sweep_dir=sweep"
-         if program == "sweep" else "--output=x.png"
-         if program == "compare" else "--workdir=run"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    args = [f"--flagfile={flagfile.name}", "--workdir=run", "--sweep_dir=sweep"
+            if program == "sweep" else "--output=x.png"
+            if program == "compare" else "--workdir=run"]
+    if flagfile == itself:  # The same parse in this process (`train_here`).
+      monkeypatch.chdir(tmp_path)
+      result = train_here(monkeypatch, capsys, *args)
+    else:
+      result = subprocess.run(
+          [sys.executable, "-m", f"experiments.{program}", *args],
+          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

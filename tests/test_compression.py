@@ -293,7 +293,11 @@ def test_a_restored_simulation_keeps_its_residuals(digits_runs):
   np.testing.assert_array_equal(second.center(), int8.center())
 
 
+# soak: test_a_lossless_code_commits_exactly_as_none covers topk:1 keeping
+# the centers and the worker's parameters bit for bit as none's, through the
+# strategy the simulator runs, in the suite.
 @pytest.mark.slow
+@pytest.mark.soak
 def test_a_lossless_code_simulates_exactly_as_none(digits_runs):
   none, _ = digits_runs["none"]
   lossless, _ = _digits_sim("topk:1")
@@ -442,7 +446,13 @@ def test_threads_backend_counts_the_bytes_it_sent(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["processes", "simulated", "ray"])
+@pytest.mark.parametrize("backend", [
+    "processes", "simulated",
+    # soak: [processes] covers the count of a process worker's int8 commits
+    # and pulls (the books Ray's workers share) in the suite, and
+    # tests/test_transport_conformance.py's [ray] cases the Ray transport
+    # carrying a commit's arrays whole.
+    pytest.param("ray", marks=pytest.mark.soak)])
 def test_every_backend_counts_the_int8_bytes_it_moved(tmp_path, backend):
   if backend == "ray":
     pytest.importorskip("ray")

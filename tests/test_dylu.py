@@ -354,7 +354,11 @@ def test_real_loops_give_a_slowed_worker_a_shorter_window(tmp_path,
               lambda config: train_in_process(config)[0])
 
 
+# soak: test_real_loops_give_a_slowed_worker_a_shorter_window covers the
+# planner shortening a slowed worker's windows, through the same server and
+# worker loops (as threads), in the suite.
 @pytest.mark.slow
+@pytest.mark.soak
 def test_real_processes_give_a_slowed_worker_a_shorter_window(tmp_path,
                                                               monkeypatch):
   _slowed_run(tmp_path, monkeypatch, train)

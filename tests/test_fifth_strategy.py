@@ -171,7 +171,12 @@ def test_threads(tmp_path):
 
 # Real processes and a real local Ray: `-m "not slow"` leaves them out.
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["processes", "ray"])
+@pytest.mark.parametrize("backend", [
+    "processes",
+    # soak: [processes] covers a strategy named by its import path reaching
+    # the backends' worker and server in the suite (Ray actors build it the
+    # same way, from the same config).
+    pytest.param("ray", marks=pytest.mark.soak)])
 def test_processes_and_ray(tmp_path, backend):
   if backend == "ray":
     pytest.importorskip("ray")

@@ -4,6 +4,7 @@ time bases, resuming a finished run, and the strategies other than AGN."""
 
 import json
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -41,8 +42,11 @@ def test_a_worker_recovers_after_a_non_finite_window(tmp_path, monkeypatch,
   assert summary["rejected_commits_per_worker"] == [0, 1]
   assert summary["worker_commits"] == [windows, windows]
   assert summary["num_commits"] == 2 * windows - 1
+  assert summary["commits_acknowledged"] == sum(summary["worker_commits"])
   assert summary["completed"] is True and summary["outcome"] == "completed"
   assert np.isfinite(summary["final_test_loss"])
+  center = np.load(tmp_path / "run" / "center.npy", allow_pickle=False)
+  assert np.isfinite(center).all()
   rows = metrics_rows(tmp_path / "run")
   rejected = [r for r in rows if r["event"] == "rejected"]
   assert [r["worker"] for r in rejected] == [1]
@@ -57,8 +61,9 @@ def _summary(tmp_path):
 
 
 def test_a_diverging_run_fails_with_one_line_naming_the_worker(tmp_path):
+  # One worker: its processes start sooner, and it diverges as two would.
   with pytest.raises(RunError) as error:
-    train(_config(tmp_path, learning_rate=1e30, epochs=8.0))
+    train(_config(tmp_path, num_workers=1, learning_rate=1e30, epochs=8.0))
   message = str(error.value)
   assert "\n" not in message
   assert message.startswith("worker ")
@@ -80,8 +85,10 @@ def test_a_killed_server_fails_the_run_and_its_summary_says_so(tmp_path):
       os.kill(pids["server"], signal.SIGKILL)
       killed.append(row["clock"])
 
+  # One worker: its processes start sooner; the server dies as with two.
   with pytest.raises(RunError, match="^server killed by signal 9$"):
-    train(_config(tmp_path, epochs=200.0), progress=kill_server)
+    train(_config(tmp_path, num_workers=1, epochs=200.0),
+          progress=kill_server)
   summary = _summary(tmp_path)
   assert summary["outcome"] == "failed"
   assert summary["failure"] == "server killed by signal 9"
@@ -104,9 +111,21 @@ def test_a_run_that_never_began_training_says_so(tmp_path, monkeypatch):
   assert_nothing_left(tmp_path / "run")
 
 
-def test_rows_are_timed_from_the_start_barrier(tmp_path):
-  summary = train(_config(tmp_path))
-  rows = metrics_rows(tmp_path / "run")
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+  """A plain run of 2 epochs, to completion: its summary and workdir.
+
+  Read by the time-base test, copied and resumed by the resume test: one
+  run of processes for both.
+  """
+  tmp_path = tmp_path_factory.mktemp("finished")
+  summary = train(_config(tmp_path, epochs=2.0))
+  return summary, tmp_path / "run"
+
+
+def test_rows_are_timed_from_the_start_barrier(finished_run):
+  summary, workdir = finished_run
+  rows = metrics_rows(workdir)
   ready = [r for r in rows if r["event"] == "worker_ready"]
   commits = [r for r in rows if r["event"] == "commit"]
   assert len(ready) == 2 and all(r["time"] <= 0 for r in ready)
@@ -128,10 +147,10 @@ def test_adag_two_vector_payload_through_processes(tmp_path):
   assert summary["final_test_accuracy"] > 0.5  # Chance is 0.1.
 
 
-def test_resume_of_a_finished_run(tmp_path):
-  config = _config(tmp_path, epochs=2.0)
-  first = train(config)
+def test_resume_of_a_finished_run(finished_run, tmp_path):
+  first, finished = finished_run
   workdir = tmp_path / "run"
+  shutil.copytree(finished, workdir)  # The run itself stays as it ended.
   before = snapshot(workdir)
   with pytest.raises(NothingToDo, match="completed already"):
     train(_config(tmp_path, epochs=2.0, resume=True))

@@ -2,9 +2,10 @@
 
 pyproject.toml is the one list of what agn-jax needs; requirements.txt and
 requirements-ray.txt repeat its pins for the suite and must agree with it.
-The wheel test builds the package, installs it into a fresh virtual
-environment that reuses the suite's installed packages, and trains from a
-directory outside the checkout.
+The wheel tests build the package and read what it holds; the soak one
+(`bash scripts/soak.sh`) also installs it into a fresh virtual environment
+that reuses the suite's installed packages, and trains from a directory
+outside the checkout.
 """
 
 import glob
@@ -150,9 +151,8 @@ def test_package_data_ships_every_config():
   assert setuptools["package-data"]["experiments"] == ["configs/*.flags"]
 
 
-@pytest.mark.slow
-def test_the_wheel_installs_and_trains_outside_the_checkout(tmp_path):
-  # Built from a copy, so that the build writes nothing into the checkout.
+def _build_wheel(tmp_path):
+  """The wheel of agn-jax, built from a copy (the build writes nothing into the checkout)."""
   source = tmp_path / "source"
   source.mkdir()
   for name in ("pyproject.toml", "README.md"):
@@ -166,6 +166,12 @@ def test_the_wheel_installs_and_trains_outside_the_checkout(tmp_path):
                   "--no-index", "-w", str(wheels), str(source)],
                  check=True, capture_output=True, timeout=300)
   (wheel,) = wheels.glob("agn_jax-0.1.0-py3-none-any.whl")
+  return wheel
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_every_config_and_the_pins(tmp_path):
+  wheel = _build_wheel(tmp_path)
   with zipfile.ZipFile(wheel) as z:
     files = set(z.namelist())
     metadata = z.read("agn_jax-0.1.0.dist-info/METADATA").decode()
@@ -174,6 +180,24 @@ def test_the_wheel_installs_and_trains_outside_the_checkout(tmp_path):
   assert not [f for f in files if f.startswith("tests/")]
   requires = re.findall(r"^Requires-Dist: ([^;\n]+)$", metadata, re.M)
   assert sorted(requires) == sorted(_pyproject()["dependencies"])
+  # The console scripts the installed wheel would create.
+  with zipfile.ZipFile(wheel) as z:
+    entry_points = z.read("agn_jax-0.1.0.dist-info/entry_points.txt").decode()
+  section = entry_points.split("[console_scripts]", 1)[1].split("\n[", 1)[0]
+  assert dict(tuple(part.strip() for part in line.split("=", 1))
+              for line in section.splitlines() if "=" in line
+              ) == _pyproject()["scripts"]
+
+
+# soak: test_the_wheel_ships_every_config_and_the_pins covers what the wheel
+# holds, test_console_scripts_run_the_programs the console scripts'
+# programs, and tests/test_metric_writers.py the TensorBoard event files, in
+# the suite; this one installs the wheel into a fresh environment and trains
+# with `agn-train` outside the checkout.
+@pytest.mark.slow
+@pytest.mark.soak
+def test_the_wheel_installs_and_trains_outside_the_checkout(tmp_path):
+  wheel = _build_wheel(tmp_path)
 
   # A fresh environment. --system-site-packages reaches the interpreter's
   # own; the suite's packages (its virtual environment's, when it runs in

@@ -228,6 +228,10 @@ def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
       range(1, summary["num_commits"] + 1))
 
 
+# soak: test_resume_continues_the_interrupted_run_on_ray covers a run
+# resumed on Ray from its checkpoint, clock and books continuing, in the
+# suite (the checkpoint format is one for every backend).
+@pytest.mark.soak
 def test_a_processes_run_continues_on_ray(ray_instance, tmp_path):
   # The same checkpoint format: a run begun on one host's processes goes on
   # as Ray actors (e.g. on a cluster), its clock and books continuing.
@@ -252,6 +256,11 @@ def test_a_processes_run_continues_on_ray(ray_instance, tmp_path):
   assert not _wait_gone(_actor_pids(workdir))
 
 
+# soak: test_sigint_ends_the_run_and_its_ray_instance covers a signal ending
+# a CLI run on Ray, summary written and every process of the run gone, and
+# tests/test_cli.py's test_sigterm_exits_143 SIGTERM's one line and status,
+# in the suite.
+@pytest.mark.soak
 def test_sigterm_on_a_running_cluster_ends_the_run_and_leaves_the_cluster(
     ray_instance, tmp_path):
   workdir = tmp_path / "run"
@@ -320,6 +329,11 @@ def _keeper_started(process):
              for p in psutil.Process(process.pid).children())
 
 
+# soak: test_sigint_ends_the_run_and_its_ray_instance covers Ctrl-C on a CLI
+# run with its own Ray instance, and tests/test_cli.py's
+# test_an_interrupt_while_the_modules_load_is_one_line an interrupt before
+# the run started, in the suite.
+@pytest.mark.soak
 def test_ctrl_c_while_the_ray_head_starts_is_one_true_line(tmp_path):
   # One moment of start-up; scripts/attacks.py sends SIGINT and SIGTERM at
   # many more, up to the first commit.

@@ -23,7 +23,8 @@ from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.errors import CheckpointError
 from agn_jax.runtime import RunError, train
 from helpers import (assert_nothing_left, assert_one_line_error,
-                     metrics_rows, run_cli, snapshot, train_with_two_failures)
+                     metrics_rows, run_cli, snapshot, train_here,
+                     train_with_two_failures)
 
 # Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
 pytestmark = pytest.mark.slow
@@ -233,10 +234,14 @@ def test_a_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
       process.wait()
 
 
-def test_resume_from_a_missing_workdir(tmp_path):
+def test_resume_from_a_missing_workdir(tmp_path, monkeypatch, capsys):
+  # The program's own check, in this process (`train_here`); the bad
+  # resumes below run the program.
   workdir = tmp_path / "nope"
-  line = assert_one_line_error(run_cli(*TINY, f"--workdir={workdir}", "--resume"))
-  assert "no run to resume" in line
+  result = train_here(monkeypatch, capsys, *TINY, f"--workdir={workdir}",
+                      "--resume")
+  line = assert_one_line_error(result)
+  assert "no run to resume" in line and result.returncode == 2
   assert not workdir.exists()
   # The library says so too, before anything is written.
   with pytest.raises(CheckpointError, match="no such directory"):

@@ -170,7 +170,11 @@ def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
   np.testing.assert_array_equal(saved.center, center)
 
 
+# soak: tests/test_outcomes.py's test_a_worker_recovers_after_a_non_finite_window
+# covers a rejected non-finite commit, the books that count it and the
+# worker that goes on committing, on the same processes, in the suite.
 @slow
+@pytest.mark.soak
 def test_non_finite_commit_is_rejected_and_training_goes_on(
     tmp_path, monkeypatch):
   monkeypatch.setenv("AGN_JAX_FAULT", "nan:worker=1:window=1")
@@ -192,7 +196,13 @@ def test_non_finite_commit_is_rejected_and_training_goes_on(
   assert_nothing_left(tmp_path / "run")
 
 
+# soak: tests/test_reliability.py's test_failures_past_the_restart_budget_end_the_run
+# covers a worker's exception ending the run in one RunError line with
+# nothing left behind, and tests/test_outcomes.py's
+# test_a_run_that_never_began_training_says_so its end with
+# --max_worker_restarts=0, in the suite.
 @slow
+@pytest.mark.soak
 def test_exception_in_a_worker_without_restarts_ends_the_run_cleanly(
     tmp_path, monkeypatch):
   monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=1:window=3")
@@ -226,7 +236,12 @@ _INTERRUPTIBLE = textwrap.dedent("""
 
 
 @slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [
+    # soak: [SIGTERM] covers a signal to the launcher ending every process
+    # in the suite, and tests/test_reliability.py's
+    # test_sigint_ends_the_cli_within_10_s_with_a_final_checkpoint SIGINT's.
+    pytest.param(signal.SIGINT, marks=pytest.mark.soak),
+    signal.SIGTERM])
 def test_signal_to_the_launcher_ends_every_process(tmp_path, signum):
   script = tmp_path / "interruptible.py"
   script.write_text(_INTERRUPTIBLE)

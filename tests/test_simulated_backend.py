@@ -12,7 +12,8 @@ import pytest
 
 from agn_jax import TrainConfig
 from agn_jax.runtime import train
-from helpers import REPO, assert_one_line_error, metrics_rows, run_cli
+from helpers import (REPO, assert_one_line_error, metrics_rows, run_cli,
+                     train_here)
 
 # Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
 pytestmark = pytest.mark.slow
@@ -156,6 +157,12 @@ def test_one_worker_agrees_with_the_processes_backend(tmp_path):
   assert steps["simulated"] == steps["processes"]
 
 
+# soak: tests/test_simulator.py's CommitOrderTest.test_speeds covers the
+# commit order of per-worker speeds, test_bad_worker_speeds_is_one_line the
+# --speed_model=speeds: flag reaching the config's checks, and
+# test_ctrl_c_checkpoints_between_rounds_and_resume_finishes a simulated run
+# through the CLI to its end, curves.png included, in the suite.
+@pytest.mark.soak
 def test_speeds_order_through_the_cli(tmp_path):
   result = run_cli("--backend=simulated", "--num_workers=2",
                    "--speed_model=speeds:2,1",
@@ -176,16 +183,20 @@ def test_speeds_order_through_the_cli(tmp_path):
   assert (tmp_path / "speeds" / "curves.png").is_file()
 
 
-def test_bad_worker_speeds_is_one_line(tmp_path):
-  result = run_cli("--backend=simulated", "--num_workers=3",
-                   "--speed_model=speeds:1,2",
-                   f"--workdir={tmp_path / 'bad'}")
+def test_bad_worker_speeds_is_one_line(tmp_path, monkeypatch, capsys):
+  # In this process, through the program's own checks (`train_here`);
+  # test_bad_clock_flags_are_one_line's first case runs the program.
+  result = train_here(monkeypatch, capsys, "--backend=simulated",
+                      "--num_workers=3", "--speed_model=speeds:1,2",
+                      f"--workdir={tmp_path / 'bad'}")
   line = assert_one_line_error(result)
   assert ("--speed_model=speeds:1,2 gives 2 speeds, one for each worker of "
           "--num_workers=3") in line
   assert not (tmp_path / "bad").exists()
 
 
+# The first as a subprocess; the others through the same parse and checks
+# in this process (`train_here`).
 @pytest.mark.parametrize("args,message", [
     (["--speed_model=lognormal"], "lognormal needs a σ, as lognormal:SIGMA"),
     (["--speed_model=straggler:2:3"], "P must be a number in [0, 1]"),
@@ -196,9 +207,13 @@ def test_bad_worker_speeds_is_one_line(tmp_path):
      "number >= 0"),
     (["--speed_model=trace:/nonexistent"], "holds no metrics.jsonl"),
 ])
-def test_bad_clock_flags_are_one_line(tmp_path, args, message):
-  result = run_cli("--backend=simulated", *args,
-                   f"--workdir={tmp_path / 'bad'}")
+def test_bad_clock_flags_are_one_line(tmp_path, args, message, monkeypatch,
+                                      capsys):
+  argv = ["--backend=simulated", *args, f"--workdir={tmp_path / 'bad'}"]
+  if args == ["--speed_model=lognormal"]:
+    result = run_cli(*argv)
+  else:
+    result = train_here(monkeypatch, capsys, *argv)
   assert message in assert_one_line_error(result)
   assert not (tmp_path / "bad").exists()
 
@@ -304,3 +319,4 @@ def test_ctrl_c_checkpoints_between_rounds_and_resume_finishes(tmp_path):
   assert [c["clock"] for c in commits] == list(
       range(1, summary["expected_commits"] + 1))
   assert not os.path.exists(workdir / ".lock")
+  assert (workdir / "curves.png").is_file()
