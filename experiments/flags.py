@@ -4,6 +4,7 @@ Every flag is validated when absl parses it, so a bad value ends the program
 with one line naming the flag and what it accepts, before any process starts.
 """
 
+import atexit
 import dataclasses
 import json
 import logging as std_logging
@@ -467,13 +468,16 @@ def exit_interrupted(program: str, message: str, status: int):
 
   Ctrl-C can land while XLA's threads are still compiling; the interpreter's
   teardown then races them and may end in a segmentation fault after the
-  line (exit 139 instead of 130). Everything the run writes is closed by
-  then (the runtime's own `finally` blocks ran), so the process leaves
-  without a teardown.
+  line (exit −11 instead of 130). The Python-level exit work still runs
+  (`atexit`: multiprocess's finalizers unlink and unregister the run's
+  semaphores); only the interpreter's own teardown is skipped.
   """
   message = " ".join(str(message).split())
   print(f"{program}: error: {message}", file=sys.stderr, flush=True)
   sys.stdout.flush()
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
   os._exit(status)  # pylint: disable=protected-access
 
 
