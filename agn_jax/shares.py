@@ -161,6 +161,22 @@ class BatchSampler:
     return self._advance(k, keep=True)
 
 
+# The random streams of `epoch_order` (apart from the shards' `[seed,
+# worker]`): the epoch slices' permutations, and the shared stream's.
+EPOCH_SLICES_STREAM, SHARED_STREAM = 1 << 20, 1 << 21
+
+
+def epoch_order(num_examples: int, seed: int, epoch: int,
+                stream: int) -> np.ndarray:
+  """Epoch `epoch`'s seeded permutation of the whole training set, in random stream `stream`.
+
+  Example:
+    >>> sorted(epoch_order(5, seed=0, epoch=3, stream=SHARED_STREAM).tolist())
+    [0, 1, 2, 3, 4]
+  """
+  return np.random.default_rng([seed, stream, epoch]).permutation(num_examples)
+
+
 # How the training set reaches the workers (`TrainConfig.data_assignment`).
 ASSIGNMENTS = ("shards", "epoch_slices", "stream")
 # The modes in which each worker draws its own samples (`sampler`).
@@ -199,8 +215,8 @@ class Stream:
     if epoch not in self._cache:
       if len(self._cache) > 2:
         self._cache.pop(min(self._cache))
-      self._cache[epoch] = np.random.default_rng(
-          [self._seed, 1 << 21, epoch]).permutation(self._n)
+      self._cache[epoch] = epoch_order(self._n, self._seed, epoch,
+                                       SHARED_STREAM)
     return self._cache[epoch]
 
   def indices(self, start_step: int, steps: int) -> np.ndarray:
@@ -304,9 +320,8 @@ class EpochSliceSampler(BatchSampler):
     """The next epoch's slice: this worker's part of its permutation of all."""
     self._epoch += 1
     start, stop = self._bounds
-    order = np.random.default_rng(
-        [self._seed, 1 << 20, self._epoch]).permutation(self._num_examples)
-    return order[start:stop]
+    return epoch_order(self._num_examples, self._seed, self._epoch,
+                       EPOCH_SLICES_STREAM)[start:stop]
 
 
 def sampler(assignment: str, num_examples: int, num_workers: int,

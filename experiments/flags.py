@@ -456,10 +456,15 @@ def one_line_error(message: str, argv: Sequence[str]) -> str:
   return message
 
 
-def exit_with_error(program: str, message: str, status: int = 1):
-  """Prints `program: error: message` as one line on stderr and exits."""
+def _print_error(program: str, message: str) -> None:
+  """`program: error: message` as one line on stderr."""
   message = " ".join(str(message).split())
   print(f"{program}: error: {message}", file=sys.stderr, flush=True)
+
+
+def exit_with_error(program: str, message: str, status: int = 1):
+  """Prints `program: error: message` as one line on stderr and exits."""
+  _print_error(program, message)
   sys.exit(status)
 
 
@@ -472,8 +477,7 @@ def exit_interrupted(program: str, message: str, status: int):
   (`atexit`: multiprocess's finalizers unlink and unregister the run's
   semaphores); only the interpreter's own teardown is skipped.
   """
-  message = " ".join(str(message).split())
-  print(f"{program}: error: {message}", file=sys.stderr, flush=True)
+  _print_error(program, message)
   sys.stdout.flush()
   atexit._run_exitfuncs()  # pylint: disable=protected-access
   sys.stdout.flush()

@@ -287,9 +287,9 @@ class _Server:
       return plan
     # The worker keeps its last ticket until this one: it is the window it
     # runs next, whatever happens to it in between.
-    return plan._replace(**dict(zip(
-        ("ticket_start", "ticket_steps"),
-        self._ticket(plan.local_updates or config.communication_window))))
+    start, steps = self._ticket(plan.local_updates or
+                                config.communication_window)
+    return plan._replace(ticket_start=start, ticket_steps=steps)
 
   def _metrics_offset(self):
     """Asks the launcher how far metrics.jsonl goes once every event up to now is in it.

@@ -300,10 +300,12 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   headline_seeds = headline_seeds or seeds
   thesis_base = base + setting
 
+  def evaluated(run):
+    return run._replace(flags=run.flags + evaluation_flags(
+        run, train_examples, batch))
+
   def grid_run(section, strategy, cell, seed, flags):
-    run = RunSpec(section, strategy, *cell, seed, epochs, flags)
-    return run._replace(flags=flags + evaluation_flags(run, train_examples,
-                                                       batch))
+    return evaluated(RunSpec(section, strategy, *cell, seed, epochs, flags))
 
   runs = []
   for seed in range(max(seeds, headline_seeds)):
@@ -317,10 +319,6 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   # worth of data, batch 128 (thesis.DOWNPOUR), for each optimizer of the
   # sweep (the thesis names none).
   downpour = thesis_base + (flagfile("report_downpour.flags"),)
-  def evaluated(run):
-    return run._replace(flags=run.flags + evaluation_flags(
-        run, train_examples, batch))
-
   for optimizer, lr in extras.downpour_optimizers:
     for n in downpour_workers:
       runs.append(evaluated(RunSpec(

@@ -79,8 +79,7 @@ def render(ctx: Context) -> List[str]:
   lines = ["## DOWNPOUR at n = 10 and n = 20: a sweep over its optimizer", ""]
   lines += runs_line(ctx, specs)
   t = thesis.DOWNPOUR
-  settings = sorted({s.variant for s in specs},
-                    key=[s.variant for s in specs].index)
+  settings = list(dict.fromkeys(s.variant for s in specs))
   lines += [f"As the thesis ran it: a commit of the raw delta after every "
             f"mini-batch (λ = {t.runs[0].communication_window}), "
             f"{t.epochs} epochs' worth of data, batch {t.batch_size}, in the "
