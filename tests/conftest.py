@@ -7,7 +7,11 @@ a disk read (a simulated CLI run: half its CPU time). It is set in the
 environment before anything imports JAX, so every subprocess inherits it;
 it lives in a fresh temporary directory (never the checkout or $HOME),
 removed at the end, so no run of the suite depends on what an earlier one
-left. The parts the runtime spawns (workers, server, evaluator, Ray actors)
+left. The suite's programs are tiny and run a few steps each, so XLA's
+backend optimisations cost more than they save: the session compiles at
+`--xla_backend_optimization_level=0` (a quick-study run: about 1.5x less
+CPU), unless the caller set XLA_FLAGS. The math is the same; every
+reference comparison keeps its tolerance. The parts the runtime spawns (workers, server, evaluator, Ray actors)
 use the runtime's own cache, `$AGN_JAX_CACHE_DIR`, as in any run.
 
 Tests marked `soak` (end-to-end runs whose behaviour a cheaper test of the
@@ -26,10 +30,12 @@ import tempfile
 
 _CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 _made = []  # The directory this session made, to remove at its end.
+_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def pytest_configure(config):
   del config
+  os.environ.setdefault("XLA_FLAGS", _XLA_FLAGS)
   if os.environ.get(_CACHE_ENV):  # The caller chose a cache: keep it.
     return
   cache_dir = tempfile.mkdtemp(prefix="agn-jax-test-jax-cache-")
