@@ -940,9 +940,8 @@ def eamsgd_strategy(communication_window: int = 10,
                   anchor=nesterov_anchor(learning_rate, momentum))
 
 
-# The local optimizers `--worker_optimizer` names, and DiLoCo-style outer ones.
+# The local optimizers `--worker_optimizer` names.
 WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adagrad")
-SERVER_OPTIMIZERS = ("none", "sgd", "nesterov", "delayed_nesterov")
 
 
 def make_worker_optimizer(name: str, learning_rate: float,
@@ -1078,6 +1077,41 @@ def delayed_nesterov(learning_rate: float, momentum: float = 0.9,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+# The DiLoCo-style outer optimizers `--server_optimizer` names. Each builder's
+# parameters are the settings that optimizer reads: the one declaration that
+# building it (`make_server_optimizer`), the config's choices and help, and
+# the summary line of `experiments.train` read (`SERVER_OPTIMIZER_SETTINGS`).
+_SERVER_OPTIMIZERS: Dict[str, Callable[..., Optional[
+    optax.GradientTransformation]]] = {
+    "none": lambda: None,
+    "sgd": lambda server_learning_rate: optax.sgd(server_learning_rate),
+    "nesterov": lambda server_learning_rate, server_momentum: optax.sgd(
+        server_learning_rate, momentum=server_momentum, nesterov=True),
+    "delayed_nesterov": (
+        lambda server_learning_rate, server_momentum, server_every:
+        delayed_nesterov(server_learning_rate, server_momentum, server_every)),
+}
+SERVER_OPTIMIZERS = tuple(_SERVER_OPTIMIZERS)
+# server optimizer -> the settings it reads, e.g. nesterov:
+# (server_learning_rate, server_momentum).
+SERVER_OPTIMIZER_SETTINGS: Dict[str, Tuple[str, ...]] = {
+    name: tuple(inspect.signature(build).parameters)
+    for name, build in _SERVER_OPTIMIZERS.items()}
+
+
+def server_optimizers_using(setting: str) -> Tuple[str, ...]:
+  """The server optimizers that read `setting` (`SERVER_OPTIMIZER_SETTINGS`).
+
+  Example:
+    >>> server_optimizers_using("server_momentum")
+    ('nesterov', 'delayed_nesterov')
+    >>> SERVER_OPTIMIZER_SETTINGS["sgd"]
+    ('server_learning_rate',)
+  """
+  return tuple(name for name, used in SERVER_OPTIMIZER_SETTINGS.items()
+               if setting in used)
+
+
 def make_server_optimizer(name: str, learning_rate: float = 0.7,
                           momentum: float = 0.9, every: int = 1
                          ) -> Optional[optax.GradientTransformation]:
@@ -1085,18 +1119,18 @@ def make_server_optimizer(name: str, learning_rate: float = 0.7,
 
   DiLoCo's own setting is `nesterov` with learning rate 0.7 and momentum 0.9.
   `delayed_nesterov` (Liu, Douillard et al. 2024, see `delayed_nesterov`)
-  updates its momentum once every `every` commits (`--server_every`); the
-  others ignore `every`.
+  updates its momentum once every `every` commits (`--server_every`). Each
+  is given only the settings it reads (`SERVER_OPTIMIZER_SETTINGS`); all
+  three are checked whatever the optimizer, as the config checks them.
   """
   _check_every(every)
+  if name not in _SERVER_OPTIMIZERS:
+    raise ValueError(f"server_optimizer must be one of "
+                     f"{', '.join(SERVER_OPTIMIZERS)}, got {name!r}")
   if name == "none":
     return None
   _check_positive(server_learning_rate=learning_rate)
-  if name == "sgd":
-    return optax.sgd(learning_rate)
-  if name == "nesterov":
-    return optax.sgd(learning_rate, momentum=momentum, nesterov=True)
-  if name == "delayed_nesterov":
-    return delayed_nesterov(learning_rate, momentum, every)
-  raise ValueError(f"server_optimizer must be one of "
-                   f"{', '.join(SERVER_OPTIMIZERS)}, got {name!r}")
+  settings = dict(server_learning_rate=learning_rate,
+                  server_momentum=momentum, server_every=every)
+  return _SERVER_OPTIMIZERS[name](**{
+      k: settings[k] for k in SERVER_OPTIMIZER_SETTINGS[name]})

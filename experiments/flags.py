@@ -1,15 +1,18 @@
 """The training flags shared by `experiments.train` and `experiments.sweep`.
 
-Every flag is validated when absl parses it, so a bad value ends the program
-with one line naming the flag and what it accepts, before any process starts.
+A thin layer over absl: every setting's flag parses its value with the
+setting's own check (`config.field_error`), so a bad value ends the program
+with one line naming the flag and what it accepts, before any process
+starts. The errors are built from absl's exception types and our own
+checks, never by reading absl's messages.
 """
 
 import atexit
 import dataclasses
+import difflib
 import json
 import logging as std_logging
 import os
-import re
 import shlex
 import sys
 import typing
@@ -34,16 +37,6 @@ def positive_int_list(values: Optional[Sequence[str]]) -> bool:
   return config_lib.POSITIVE_INTS.test(ints)
 
 
-# What the backend's settings said when they did not fit together: absl
-# prefixes the message with every setting's value, which `one_line_error`
-# drops.
-_FIT_ERRORS: List[str] = []
-
-# What each validated flag accepts, to complete absl's own parse errors
-# ("invalid literal for int()") with the same words the validators use.
-_ACCEPTS = {}
-
-
 def _flag_kind(field: dataclasses.Field):
   """The flag type of a field: bool, int, float, tuple (a list flag) or str."""
   kind = field.type
@@ -63,14 +56,44 @@ def field_value(name: str, value):
   return _flag_value(_flag_kind(config_lib.setting_field(name)), value)
 
 
+class _SettingParser(flags.ArgumentParser):
+  """A setting flag's parser: its type's (`base`), then the setting's own check.
+
+  A value the check refuses raises `ValueError`, which absl reports as
+  `flag --NAME=VALUE: ` followed by these words: what a `Check` accepts,
+  or the owner's own words for a value its `parse` refuses.
+  """
+
+  def __init__(self, name: str, base: flags.ArgumentParser):
+    super().__init__()
+    self.name, self.base = name, base
+    self.syntactic_help = base.syntactic_help
+
+  def flag_type(self) -> str:
+    return self.base.flag_type()
+
+  def parse(self, argument):
+    meta = config_lib.describe(config_lib.setting_field(self.name))
+    accepts = config_lib.accepts(self.name)
+    try:
+      value = self.base.parse(argument)
+      error = config_lib.field_error(self.name, field_value(self.name, value))
+    except (TypeError, ValueError):
+      if not accepts:
+        raise
+      error = "refused"
+    if error and (meta.get("check") is not None or error == "refused"):
+      raise ValueError(f"--{self.name} accepts {accepts}")
+    if error:  # The owner's words, without the "NAME: " absl says already.
+      said, _, rest = error.partition(": ")
+      raise ValueError(rest if rest and (said == self.name or said.startswith(
+          f"--{self.name}=")) else error)
+    return value
+
+
 def _define_field(field: dataclasses.Field,
                   flag_values: flags.FlagValues) -> None:
-  """The flag of one setting, from its field's metadata, and its validator.
-
-  The validator is the field's own check (`config.field_error`): a value a
-  `Check` refuses is reported as `--NAME accepts ...`; one an owner's
-  `parse` refuses, in the owner's words.
-  """
+  """The flag of one setting, from its field's metadata (`_SettingParser`)."""
   name, meta = field.name, config_lib.describe(field)
   default = meta.get("flag_default", field.default)
   help_ = config_lib.help_text(name)
@@ -78,40 +101,17 @@ def _define_field(field: dataclasses.Field,
   if meta.get("choices") is not None:
     flags.DEFINE_enum(name, default, list(meta["choices"]()), help_,
                       flag_values=flag_values)
-    return  # absl refuses any other value itself.
-  if kind is bool:
+  elif kind is bool:
     flags.DEFINE_bool(name, default, help_, flag_values=flag_values)
-  elif kind is int:
-    flags.DEFINE_integer(name, default, help_, flag_values=flag_values)
-  elif kind is float:
-    flags.DEFINE_float(name, default, help_, flag_values=flag_values)
   elif kind is tuple:
-    flags.DEFINE_list(name, [str(v) for v in default], help_,
-                      flag_values=flag_values)
+    flags.DEFINE(_SettingParser(name, flags.ListParser()), name,
+                 [str(v) for v in default], help_, flag_values,
+                 flags.CsvListSerializer(","))
   else:
-    flags.DEFINE_string(name, default, help_, flag_values=flag_values)
-  if meta.get("check") is None and meta.get("parse") is None:
-    return
-  accepts = config_lib.accepts(name)
-  if accepts:
-    _ACCEPTS[name] = accepts
-
-  def valid(value):
-    try:
-      value = _flag_value(kind, value)
-    except (TypeError, ValueError):
-      return False
-    error = config_lib.field_error(name, value)
-    if error and meta.get("check") is None:
-      # The owner's own words, without the "NAME: " absl says already.
-      said, _, rest = error.partition(": ")
-      raise flags.ValidationError(
-          rest if rest and (said == name or said.startswith(f"--{name}="))
-          else error)
-    return error is None
-
-  flags.register_validator(name, valid, message=f"--{name} accepts {accepts}",
-                           flag_values=flag_values)
+    base = {int: flags.IntegerParser, float: flags.FloatParser}.get(
+        kind, flags.ArgumentParser)()
+    flags.DEFINE(_SettingParser(name, base), name, default, help_,
+                 flag_values)
 
 
 def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
@@ -136,24 +136,6 @@ def define_train_flags(flag_values: flags.FlagValues = flags.FLAGS,
         "plots", True, "Draw each run's curves.png and staleness.png "
         "(--noplots: skip them, e.g. for a sweep of many runs; "
         "metrics.jsonl holds everything they show).", flag_values=flag_values)
-  options = [n for n in config_lib.setting_names()
-             if config_lib.owners(n) and n not in skip]
-  if "backend" not in skip:
-
-    def options_fit(values):
-      # How the chosen backend's settings fit together; its flags have each
-      # passed their own validator already.
-      own = config_lib.options_class(values["backend"])
-      fields = {f.name for f in dataclasses.fields(own)}
-      error = own(**{k: field_value(k, v) for k, v in values.items()
-                     if k in fields}).fit_error()
-      if error:
-        _FIT_ERRORS.append(error)  # For `one_line_error`, without the list.
-        raise flags.ValidationError(error)
-      return True
-
-    flags.register_multi_flags_validator(["backend", *options], options_fit,
-                                         flag_values=flag_values)
   if "config" not in skip:
     flags.DEFINE_string(
         "config", None,
@@ -195,26 +177,74 @@ def parse_flags_or_exit(argv: List[str],
   # absl shows INFO; JAX's own INFO lines (e.g. "Unable to initialize backend
   # 'tpu'" on every machine without one) would precede a one-line error.
   std_logging.getLogger("jax").setLevel(std_logging.WARNING)
-  given = argv  # As typed, for the errors.
   if wants_help(argv[1:]):
     print_help(flag_values)
     sys.exit(0)
   try:
-    if "config" in flag_values:
-      argv = argv[:1] + expand_configs(argv[1:])
-    check_flagfile_cycles(argv[1:])
+    remaining = parse(argv, flag_values)
   except UsageError as e:
     exit_with_error(program or "error", e, status=2)
-  try:
-    remaining = flag_values(argv)
-  except flags.Error as e:
-    exit_with_error(program or "error", one_line_error(str(e), given),
-                    status=2)
   if not allow_positional and len(remaining) > 1:
     exit_with_error(program, "unexpected arguments "
                     f"{' '.join(remaining[1:])!r}; every option is a --flag",
                     status=2)
   return remaining
+
+
+def parse(argv: Sequence[str], flag_values: flags.FlagValues) -> List[str]:
+  """Parses `argv` (program name first) into `flag_values`; the positional arguments left.
+
+  `--config=NAME` is read as the `--flagfile` it names (`expand_configs`);
+  the flagfiles are checked first (`check_flagfile_cycles`); then absl
+  parses, and the chosen backend's settings are checked together
+  (`BackendOptions.fit_error`).
+
+  Raises:
+    UsageError: one line naming the problem.
+
+  Example:
+    >>> fv = flags.FlagValues()
+    >>> define_train_flags(fv)
+    >>> parse(["train", "--num_worker=2"], fv)
+    Traceback (most recent call last):
+    ...
+    experiments.flags.UsageError: unknown flag --num_worker (did you mean --num_workers?)
+  """
+  args = list(argv[1:])
+  if "config" in flag_values:
+    args = expand_configs(args)
+  check_flagfile_cycles(args)
+  try:
+    remaining = flag_values(list(argv[:1]) + args)
+  except flags.UnrecognizedFlagError as e:
+    close = difflib.get_close_matches(e.flagname, list(flag_values), n=1)
+    message = f"unknown flag --{e.flagname}" + (
+        f" (did you mean --{close[0]}?)" if close else "")
+    files = [a for a in argv[1:] if a.lstrip("-").startswith(
+        ("flagfile", "config"))]
+    if files:
+      message += f" (on the command line or in {', '.join(files)})"
+    raise UsageError(message) from None
+  except flags.Error as e:
+    raise UsageError(" ".join(str(e).split())) from None
+  error = _options_fit_error(flag_values)
+  if error:
+    raise UsageError(error)
+  return remaining
+
+
+def _options_fit_error(flag_values: flags.FlagValues) -> Optional[str]:
+  """Why the chosen backend's settings do not fit together, or None.
+
+  Each flag has passed its own check while parsing; this is the one check
+  of several together, made once absl is done.
+  """
+  if "backend" not in flag_values:
+    return None
+  own = config_lib.options_class(flag_values["backend"].value)
+  return own(**{f.name: field_value(f.name, flag_values[f.name].value)
+                for f in dataclasses.fields(own)
+                if f.name in flag_values}).fit_error()
 
 
 HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?")
@@ -356,7 +386,7 @@ def _included_flagfiles(path: str) -> List[str]:
     with open(path) as f:
       lines = f.readlines()
   except (OSError, UnicodeDecodeError):
-    return []  # absl reports an unreadable file itself.
+    return []  # `check_flagfile_cycles` reports an unreadable file.
   return [os.path.expanduser(line.split("=", 1)[1].strip()) for line in lines
           if line.startswith(("--flagfile=", "-flagfile="))]
 
@@ -384,7 +414,7 @@ def not_a_flagfile(path: str) -> Optional[str]:
   except UnicodeDecodeError:
     return f"{path} is not a flagfile: it is not UTF-8 text"
   except OSError:
-    return None  # absl reports an unreadable file itself.
+    return None  # `check_flagfile_cycles` reports an unreadable file.
   return None
 
 
@@ -423,6 +453,12 @@ def check_flagfile_cycles(args: Sequence[str]) -> None:
               else f"{chain[start]} includes itself through "
               f"{', '.join(chain[start + 1:])}")
       raise UsageError(f"--flagfile: {what} ({cycle})")
+    try:
+      with open(path, "rb"):
+        pass
+    except OSError as e:
+      raise UsageError(f"--flagfile: cannot open {path}: "
+                       f"{e.strerror or type(e).__name__}") from None
     not_flags = not_a_flagfile(path)
     if not_flags:
       raise UsageError(f"--flagfile: {not_flags}")
@@ -431,29 +467,6 @@ def check_flagfile_cycles(args: Sequence[str]) -> None:
 
   for path in _flagfile_arguments(args):
     walk(path, [])
-
-
-def one_line_error(message: str, argv: Sequence[str]) -> str:
-  """absl's parse error, completed with what the flag accepts."""
-  message = " ".join(message.split())
-  message = message.replace("ERROR:: Unable to open flagfile:",
-                            "--flagfile: cannot open")
-  if message.startswith("flags backend="):
-    # The chosen backend's settings do not fit: the validator's words,
-    # without absl's list of every backend setting and its value.
-    said = [e for e in _FIT_ERRORS if message.endswith(": " + e)]
-    if said:
-      message = said[-1]
-  match = re.match(r"flag --(\w+)=", message)
-  if match and match.group(1) in _ACCEPTS and "accepts" not in message:
-    message += f"; --{match.group(1)} accepts {_ACCEPTS[match.group(1)]}"
-  if message.startswith("Unknown command line flag"):
-    message = "unknown flag" + message[len("Unknown command line flag"):]
-    flagfiles = [a for a in argv if a.startswith(
-        ("--flagfile", "-flagfile", "--config", "-config"))]
-    if flagfiles:
-      message += f" (on the command line or in {', '.join(flagfiles)})"
-  return message
 
 
 def _print_error(program: str, message: str) -> None:

@@ -241,12 +241,10 @@ def strategy_overrides(specs: Sequence[str],
     flag_values = flags.FlagValues()
     flags_lib.define_train_flags(flag_values)
     try:
-      flag_values(["sweep", f"--flagfile={path}"])
-    except flags.Error as e:
+      flags_lib.parse(["sweep", f"--flagfile={path}"], flag_values)
+    except flags_lib.UsageError as e:
       raise flags_lib.UsageError(
-          f"--strategy_flagfile={spec}: "
-          f"{flags_lib.one_line_error(str(e), [f'--flagfile={path}'])}"
-      ) from None
+          f"--strategy_flagfile={spec}: {e}") from None
     given = {name: flags_lib.field_value(name, flag_values[name].value)
              for name in config_lib.setting_names()
              if name in flag_values and flag_values[name].present}

@@ -31,6 +31,7 @@ import tqdm
 
 from agn_jax import config as config_lib
 from agn_jax import runtime
+from agn_jax import strategies
 from agn_jax.config import TrainConfig
 from experiments import compare
 from experiments import curves
@@ -194,22 +195,24 @@ def format_table(rows: Dict[str, Optional[float]]) -> str:
 def format_settings(config: TrainConfig) -> str:
   """The strategy settings the run used (paper defaults filled in), one line.
 
-  The server optimizer's learning rate and momentum are shown only when there
-  is a server optimizer, `server_every` only for delayed_nesterov; an
-  elastic strategy's `α = ρη` is shown next, and `commit_compression` last,
-  where commits are compressed.
+  A server optimizer's settings are shown where the run's reads them
+  (`strategies.SERVER_OPTIMIZER_SETTINGS`); an elastic strategy's `α = ρη`
+  is shown next, and `commit_compression` last, where commits are
+  compressed.
 
   Example:
     >>> format_settings(TrainConfig(strategy="aeasgd"))
     'aeasgd: worker_optimizer=adam learning_rate=0.001 momentum=0.9 rho=5 elastic_learning_rate=0.01 normalization=none server_optimizer=none elastic_alpha=0.05'
+    >>> format_settings(TrainConfig(server_optimizer="sgd")).split()[-2:]
+    ['server_optimizer=sgd', 'server_learning_rate=0.7']
   """
   used = config.resolved()
+  read = strategies.SERVER_OPTIMIZER_SETTINGS
+  unread = {n for names in read.values() for n in names} - set(
+      read[used.server_optimizer])
   parts = []
   for name in config_lib.STRATEGY_SETTINGS:
-    if (name in ("server_learning_rate", "server_momentum") and
-        used.server_optimizer == "none"):
-      continue
-    if name == "server_every" and used.server_optimizer != "delayed_nesterov":
+    if name in unread:
       continue
     value = getattr(used, name)
     parts.append(f"{name}={value:g}" if isinstance(value, float) else

@@ -5,6 +5,7 @@ config module.
 """
 
 import dataclasses
+import inspect
 import json
 import os
 import subprocess
@@ -308,3 +309,75 @@ def test_choices_do_not_depend_on_what_was_imported():
       "backend must be one of processes, simulated, ray, got 'spark'",
       "metric_writers: unknown writer 'wandb'; the writers are jsonl, "
       "tensorboard"], out.stderr[-2000:]
+
+
+def test_a_bad_platform_is_refused_without_the_runtime_imported():
+  # The issue's command, in a fresh interpreter: the runtime (which owns the
+  # platforms) is not imported when validate() starts, and the error names
+  # every platform in one line.
+  from agn_jax.runtime import placement  # pylint: disable=g-import-not-at-top
+  code = ("import sys\n"
+          "from agn_jax.config import TrainConfig\n"
+          "assert not any(m.startswith('agn_jax.runtime') for m in "
+          "sys.modules), sorted(sys.modules)\n"
+          "TrainConfig(platform='tpux').validate()\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(__file__)))
+  assert out.returncode == 1
+  last = out.stderr.strip().splitlines()[-1]
+  assert last == ("ValueError: platform must be one of "
+                  f"{', '.join(placement.PLATFORMS)}, got 'tpux'"), out.stderr
+
+
+def _flag_help(name: str) -> str:
+  values = flags.FlagValues()
+  flags_lib.define_train_flags(values)
+  return " ".join(values[name].help.split())
+
+
+def test_the_help_names_every_strategy_and_its_paper_defaults(monkeypatch):
+  # Built from the registry here, not from the config's own helpers: each
+  # registered strategy is named, and each of its paper defaults is said
+  # next to it (a value every strategy shares is said once).
+  from agn_jax import strategies  # pylint: disable=g-import-not-at-top
+  # A strategy registered now, with defaults no built-in one has: the help
+  # must be generated from the registry to name it.
+  monkeypatch.setitem(strategies._REGISTRY, "zeta",
+                      strategies._REGISTRY["aeasgd"])
+  monkeypatch.setitem(strategies._PAPER_DEFAULTS, "zeta", dict(
+      worker_optimizer="adagrad", learning_rate=0.0123, momentum=0.77,
+      rho=3.5, elastic_learning_rate=0.042, normalization="none"))
+  names = strategies.available()
+  assert "zeta" in names
+  for flag in ("strategy", "dynamic_local_updates"):
+    said = _flag_help(flag)
+    for name in names:
+      assert name in said, (flag, name, said)
+  for setting in config_lib.GENERIC_DEFAULTS:
+    said = _flag_help(setting)
+    values = {}
+    for name in names:
+      value = strategies.paper_defaults(name).get(
+          setting, config_lib.GENERIC_DEFAULTS[setting])
+      values.setdefault(f"{value:g}" if isinstance(value, float) else
+                        str(value), []).append(name)
+    for value, who in values.items():
+      if len(values) == 1:
+        assert f"paper default ({value})" in said, said
+      else:
+        assert f"{value} for {', '.join(who)}" in said, said
+  assert "0.0123 for zeta" in _flag_help("learning_rate")
+  # The strategies that take a normalization are named from their factories.
+  takers = [n for n in names if "normalization" in inspect.signature(
+      strategies._REGISTRY[n]).parameters]
+  assert f"What {' and '.join(takers)} divide" in _flag_help("normalization")
+
+
+def test_the_server_settings_help_names_the_optimizers_that_read_them():
+  assert _flag_help("server_momentum").endswith(
+      "(read by nesterov, delayed_nesterov).")
+  assert _flag_help("server_learning_rate").endswith(
+      "(read by sgd, nesterov, delayed_nesterov).")
+  assert _flag_help("server_every").endswith(
+      "Read by delayed_nesterov only.")

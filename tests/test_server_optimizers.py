@@ -191,3 +191,35 @@ def test_trains_on_the_simulator_through_the_cli(tmp_path):
           summary["config"]["server_every"]) == ("delayed_nesterov", 4)
   assert "server_optimizer=delayed_nesterov" in result.stdout
   assert "server_every=4" in result.stdout
+
+
+@pytest.mark.parametrize("name", strategies.SERVER_OPTIMIZERS)
+def test_each_server_optimizer_reads_exactly_its_declared_settings(name):
+  # What `SERVER_OPTIMIZER_SETTINGS` declares, checked against behaviour:
+  # changing a declared setting changes the updates, changing any other
+  # leaves them bit for bit the same.
+  base = dict(learning_rate=LR, momentum=BETA, every=2)
+  changed = dict(learning_rate=0.3, momentum=0.5, every=3)
+  setting_of = dict(learning_rate="server_learning_rate",
+                    momentum="server_momentum", every="server_every")
+
+  def updates(**kwargs):
+    tx = strategies.make_server_optimizer(name, **kwargs)
+    if tx is None:
+      return None
+    params = jnp.zeros(3)
+    state = tx.init(params)
+    out = []
+    for g in (jnp.array([1.0, -2.0, 0.5]), jnp.array([0.25, 1.0, -1.0]),
+              jnp.array([2.0, 0.0, 1.0])):
+      u, state = tx.update(g, state, params)
+      out.append(np.asarray(u))
+    return np.stack(out)
+
+  reference = updates(**base)
+  declared = strategies.SERVER_OPTIMIZER_SETTINGS[name]
+  for arg, setting in setting_of.items():
+    got = updates(**dict(base, **{arg: changed[arg]}))
+    same = (got is None and reference is None) or (
+        got is not None and np.array_equal(got, reference))
+    assert same == (setting not in declared), (name, setting)

@@ -321,13 +321,11 @@ class _Server:
     from agn_jax import checkpoint
     offset = self._metrics_offset()
     n = self.ctx.config["num_workers"]
-    meta = checkpoint.Meta(
+    meta = checkpoint.Meta.now(
         num_commits=self.clock, rejected_commits=self.rejected,
         # Each worker's progress through its data share, in windows.
         worker_commits=[self.transport.acknowledged(w) for w in range(n)],
-        config=self.ctx.config,
-        layout=[[list(s), d] for s, d in self.layout.metadata()],
-        metrics_offset=offset, time=time.time(),
+        config=self.ctx.config, layout=self.layout, metrics_offset=offset,
         # With Dynamic Local Updates, that progress in local steps.
         worker_steps=(list(self.planner.steps_done)
                       if self.planner is not None else None),

@@ -233,12 +233,11 @@ class SimulatedBackend(backend_lib.Backend):
     sim = self.sim
     state = sim.state()
     meta = state["meta"]
-    book_meta = checkpoint.Meta(
+    book_meta = checkpoint.Meta.now(
         num_commits=sim.clock, rejected_commits=meta["rejected_commits"],
         worker_commits=list(meta["windows_done"]),
-        config=self.config.to_dict(),
-        layout=[[list(s), d] for s, d in self.layout.metadata()],
-        metrics_offset=self.book.metrics_position(), time=time.time(),
+        config=self.config.to_dict(), layout=self.layout,
+        metrics_offset=self.book.metrics_position(),
         worker_steps=([sim.steps_done(k) for k in range(sim.num_workers)]
                       if sim.dynamic_local_updates or
                       self.config.data_assignment == "stream" else None),
