@@ -102,11 +102,11 @@ def ray_instance():
 
 @pytest.fixture(scope="module")
 def killed_run(ray_instance, tmp_path_factory):
-  """n = 3 on digits; worker 0 raises at window 5; worker 1's actor process is SIGKILLed after 30 commits."""
+  """n = 3 on digits for 25 epochs (about 110 commits); worker 0 raises at window 5; worker 1's actor process is SIGKILLed after 30 commits."""
   del ray_instance
   workdir = tmp_path_factory.mktemp("killed") / "run"
   summary, killed = train_with_two_failures(
-      train, _config(workdir, max_worker_restarts=2))
+      train, _config(workdir, max_worker_restarts=2, epochs=25.0))
   return summary, workdir, killed
 
 

@@ -501,8 +501,9 @@ _SHARDED = textwrap.dedent("""
 class ShardedTest(absltest.TestCase):
 
   def test_sharded_equals_unsharded(self):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               PYTHONPATH=REPO)
+    xla_flags = os.environ.get("XLA_FLAGS", "")  # The session's, kept.
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=(
+        f"{xla_flags} --xla_force_host_platform_device_count=4").strip())
     result = subprocess.run([sys.executable, "-c", _SHARDED], env=env,
                             capture_output=True, text=True, timeout=300,
                             cwd=REPO)
