@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
+from agn_jax import workdir as workdir_lib
 from agn_jax.errors import WorkdirBusy, WorkdirError
-from agn_jax.runtime import workdir as workdir_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -231,7 +231,7 @@ def test_a_dead_runs_segments_and_semaphores_are_unlinked_a_live_ones_not(
     tmp_path):
   import multiprocess  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime import backend  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import shm  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.transports import shm  # pylint: disable=g-import-not-at-top
   segment = shm.Segment.create(64, track=False)
   semaphore = multiprocess.get_context("spawn").Semaphore(0)
   (sem_name,) = shm.semaphore_names(semaphore)

@@ -1,17 +1,12 @@
-"""The parts of a run as threads of one process: a `Transport`, its channels and a backend.
+"""The parts of a run as threads of one process: a `Transport` and its channels.
 
-`CommitBoard` is the state every transport keeps somewhere (the center, the
-commit queue, each worker's counters, the switches); here a condition
-variable guards it, and Ray's hub actor (`ray_transport`) holds the same
-board on its event loop. `InProcessBackend` runs the real server, worker and
-evaluator loops on threads under the real supervisor
-(`backend.ServerBackend`), so a test drives them in seconds without
-spawning a process. It is no choice of `train()`: threads of one
-interpreter share its GIL and cannot be killed.
+A condition variable guards the `board.CommitBoard` that every transport
+keeps somewhere. `agn_jax.runtime.backends.inprocess.InProcessBackend` runs
+the real loops on threads over them.
 
 Example:
   >>> import numpy as np
-  >>> from agn_jax.runtime.transport import CommitMeta
+  >>> from agn_jax.runtime.transports.base import CommitMeta
   >>> t = InProcessTransport(num_params=2, payload_size=1, num_workers=1,
   ...                        capacity=1)
   >>> t.publish(np.ones(2, np.float32), clock=0)
@@ -24,93 +19,17 @@ Example:
   ([0.5, 0.5], 1)
 """
 
-import collections
 import queue
 import threading
 import time
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 
-from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
-from agn_jax.runtime.transport import Commit, Transport, WindowPlan, wire_spec
-
-
-class CommitBoard:
-  """What a transport keeps: the latest center, a bounded FIFO of commits, each worker's counters, the switches.
-
-  It never waits and is never shared unguarded: its holder runs each method
-  atomically and wakes its waiters after every change.
-
-  Attributes:
-    center: `(center, clock)` last published, or None.
-    switches: the names of the switches set so far.
-  """
-
-  def __init__(self, num_workers: int, capacity: int):
-    self.capacity = capacity
-    self.center = None
-    self.switches = set()
-    self._queue = collections.deque()  # (meta, payload), arrival order.
-    self._applying = [0] * num_workers
-    self._acks = [0] * num_workers
-    self._plans = [WindowPlan()] * num_workers
-    self._done: Dict[int, ev.WorkerDone] = {}
-    self._reported = set()  # Workers whose WorkerDone the server took.
-
-  def publish(self, center, clock: int) -> None:
-    self.center = (center, clock)
-
-  def has_room(self) -> bool:
-    return len(self._queue) < self.capacity
-
-  def has_message(self) -> bool:
-    return bool(self._queue) or bool(set(self._done) - self._reported)
-
-  def push(self, meta, payload) -> bool:
-    """Queues a commit (call when `has_room`)."""
-    self._queue.append((meta, payload))
-    return True
-
-  def take(self):
-    """The oldest commit as `(meta, payload)`, now being applied, else a `WorkerDone` (call when `has_message`)."""
-    if self._queue:
-      # A worker commits before it finishes, so its WorkerDone comes last.
-      meta, payload = self._queue.popleft()
-      self._applying[meta.worker] += 1
-      return meta, payload
-    w = min(set(self._done) - self._reported)
-    self._reported.add(w)
-    return self._done[w]
-
-  def release(self, worker: int, handled: bool) -> None:
-    """The server is done with a commit of `worker`; `handled` counts it (applied or rejected)."""
-    self._applying[worker] -= 1
-    self._acks[worker] += int(handled)
-
-  def set_window_plan(self, worker: int, plan: WindowPlan) -> None:
-    self._plans[worker] = WindowPlan(*plan)
-
-  def window_plan(self, worker: int) -> WindowPlan:
-    return self._plans[worker]
-
-  def finish(self, done: ev.WorkerDone) -> None:
-    self._done[done.worker] = done
-
-  def in_flight(self, worker: int) -> bool:
-    return (self._applying[worker] > 0 or
-            any(meta.worker == worker for meta, _ in self._queue))
-
-  def acknowledged(self, worker: int) -> int:
-    return self._acks[worker]
-
-  def set_acknowledged(self, worker: int, count: int) -> None:
-    self._acks[worker] = count
-
-  def is_done(self, worker: int) -> bool:
-    return worker in self._done
+from agn_jax.runtime.transports import channels
+from agn_jax.runtime.transports.base import Commit, Transport, wire_spec
+from agn_jax.runtime.transports.board import CommitBoard
 
 
 class InProcessTransport(Transport):
@@ -259,86 +178,3 @@ class InMemoryData(channels.DataSource):
 
   def arrays(self):
     return dict(self._arrays)
-
-
-class InProcessBackend(backend_lib.ServerBackend):
-  """The server, the workers and the evaluator as threads of this process, under the shared supervisor.
-
-  For tests of the loops and of the supervision; a part that fails is
-  started again as with any backend, but a thread cannot be killed, so
-  `AGN_JAX_FAULT=exit` (which ends the process) has no place here.
-
-  Example:
-    >>> from agn_jax.config import ProcessesOptions, TrainConfig
-    >>> from agn_jax.runtime.bookkeeping import RunBook
-    >>> config = TrainConfig(num_workers=2, epochs=1.0,
-    ...                      workdir="/tmp/agn_inprocess_doc",
-    ...                      options=ProcessesOptions(cache_dir="")).resolved()
-    >>> run = InProcessBackend(config, RunBook(config, None, "inprocess"))  # doctest: +SKIP
-    >>> run.prepare(); run.run(); run.shutdown()  # doctest: +SKIP
-  """
-
-  name = "inprocess"
-  poll_seconds = 0.02
-
-  def _set_up(self, plan, slots, dataset):
-    del dataset  # The plan's arrays are shared by reference.
-    self.transport = InProcessTransport(plan.layout.num_params,
-                                        plan.payload_size,
-                                        self.config.num_workers, slots,
-                                        wire=plan.wire)
-    self.switches = InProcessSwitches()
-    self.inbox = queue.Queue()
-    self.events = InProcessEvents(self.inbox)
-    self.replies = InProcessReplies()
-    self.data = InMemoryData(backend_lib.dataset_arrays(plan.dataset))
-    self.threads: Dict[str, threading.Thread] = {}
-    self.results: Dict[str, bool] = {}
-    self.ended: List[str] = []
-    self.changed = threading.Event()  # An event was put or a part ended.
-
-  def _launch(self, role):
-    incarnation = self.incarnations.get(backend_lib.worker_of(role), 0)
-
-    def part():
-      try:
-        self.results[role] = backend_lib.run_part(
-            self.ctx, role, self.replies, self.config.resume, incarnation)
-      finally:
-        self.ended.append(role)
-        self.changed.set()
-
-    self.results.pop(role, None)
-    self.threads[role] = threading.Thread(target=part, name=f"agn-{role}",
-                                          daemon=True)
-    self.threads[role].start()
-
-  def _wait(self, timeout):
-    if not self.ended and self.inbox.empty():
-      self.changed.wait(timeout)
-    self.changed.clear()
-    return list(self.ended)
-
-  def _exit_cause(self, role):
-    self.threads[role].join()
-    self.ended.remove(role)
-    ok = self.results.get(role, False)
-    return ok, "ended early" if ok else "failed"
-
-  def _take_events(self):
-    while True:
-      try:
-        yield self.inbox.get_nowait()
-      except queue.Empty:
-        return
-
-  def _reply(self, answer):
-    self.replies.answers.put(answer)
-
-  def _pid(self, role):
-    return None
-
-  def _end_parts(self):
-    deadline = time.monotonic() + backend_lib.GRACE_SECONDS
-    for thread in self.threads.values():
-      thread.join(max(0.0, deadline - time.monotonic()))
