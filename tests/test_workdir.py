@@ -19,7 +19,7 @@ _HOLDER = textwrap.dedent(f"""
     import os, sys
     sys.path.insert(0, {ROOT!r})
     from agn_jax.errors import WorkdirBusy
-    from agn_jax.runtime import workdir
+    from agn_jax import workdir
     try:
       lock = workdir.lock_workdir(sys.argv[1], create=True,
                                   owner="holder " + sys.argv[2])
@@ -205,7 +205,7 @@ def test_default_names_never_collide(tmp_path):
            for _ in range(50)}
   assert len(names) == 50
   script = (f"import sys; sys.path.insert(0, {ROOT!r}); "
-            "from agn_jax.runtime import workdir; "
+            "from agn_jax import workdir; "
             f"print(workdir.unique_default_workdir({str(tmp_path)!r}, 's'))")
   procs = [subprocess.Popen([sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True)
