@@ -9,7 +9,7 @@ share a role all derive from that declaration.
 The lists of valid names live with their owners: `agn_jax.strategies.available()`,
 `agn_jax.models.MODELS`, `agn_jax.data.DATASETS`,
 `agn_jax.strategies.WORKER_OPTIMIZERS` / `SERVER_OPTIMIZERS`,
-`agn_jax.transform.NORMALIZATIONS` and `agn_jax.runtime.placement.PLATFORMS`.
+`agn_jax.transform.NORMALIZATIONS` and `agn_jax.placement.PLATFORMS`.
 Ask the owner; this module keeps no copy. How a setting is declared and
 looked up is `agn_jax.settings`, whose names this module exports too.
 """
@@ -249,7 +249,7 @@ class TrainConfig:
       resume_fixed=True)
   platform: Optional[str] = setting(
       None, "Platform of the workers; default: whatever JAX finds.",
-      choices=_names("agn_jax.runtime.placement", "PLATFORMS"))
+      choices=_names("agn_jax.placement", "PLATFORMS"))
   eval_every_seconds: float = setting(
       1.0, "Seconds between evaluations of the center on the test set; 0 "
       "or less: only the final one.", check=finite(
@@ -292,7 +292,7 @@ class TrainConfig:
       "jsonl", "Where the rows of metrics.jsonl also go, comma-separated: "
       "jsonl (always on) and tensorboard (event files in the workdir, for "
       "`tensorboard --logdir`; needs pip install 'agn-jax[tensorboard]').",
-      parse=_owner("agn_jax.runtime.metric_writers", "parse"))
+      parse=_owner("agn_jax.metric_writers", "parse"))
 
   options: Optional[BackendOptions] = dataclasses.field(
       default=None, metadata=dict(options=True))
@@ -496,7 +496,7 @@ class ProcessesOptions(ServerOptions):
 @register_options("simulated")
 @dataclasses.dataclass(frozen=True)
 class SimulatedOptions(BackendOptions):
-  """The simulated backend's settings: its clock (`agn_jax.cluster`) and its engine.
+  """The simulated backend's settings: its clock (`agn_jax.sim.clock`) and its engine.
 
   Each field's help is its flag's (`help_text(name)`).
 
@@ -511,7 +511,7 @@ class SimulatedOptions(BackendOptions):
       "messages and the server are free), this_host (the step, transport "
       "and apply times measured on this machine, cached) or paper (the "
       "thesis' 15 nodes, fitted to its published times).",
-      choices=_names("agn_jax.cluster", "CLUSTERS"))
+      choices=_names("agn_jax.sim.clock", "CLUSTERS"))
   speed_model: str = setting(
       "constant", "how fast each worker is: constant (round robin, "
       "staleness n-1), lognormal:SIGMA (each worker's speed exp(σz), drawn "
@@ -523,9 +523,9 @@ class SimulatedOptions(BackendOptions):
       "cluster: random:0.26, fitted to its staleness histogram by "
       "scripts/fit_cluster.py).",
       parse=lambda text: importlib.import_module(
-          "agn_jax.cluster").parse_speed_model(text),
+          "agn_jax.sim.speeds").parse_speed_model(text),
       accepts=lambda: ", ".join(importlib.import_module(
-          "agn_jax.cluster").SPEED_MODEL_FORMS))
+          "agn_jax.sim.speeds").SPEED_MODEL_FORMS))
   bandwidth_gbps: Optional[float] = setting(
       None, "a message's bandwidth in Gb/s (every commit and pull); "
       "default: the --cluster's.", check=POSITIVE.or_unset(), seconds=True)
@@ -544,8 +544,8 @@ class SimulatedOptions(BackendOptions):
       check=NON_NEGATIVE_INT)
 
   def fit_error(self) -> Optional[str]:
-    """Why the clock's settings do not fit together, or None (`agn_jax.cluster.clock_error`)."""
-    cluster = importlib.import_module("agn_jax.cluster")
+    """Why the clock's settings do not fit together, or None (`agn_jax.sim.clock.clock_error`)."""
+    cluster = importlib.import_module("agn_jax.sim.clock")
     return cluster.clock_error(
         "steps" if self.cluster == "none" else "seconds", self.speed_model,
         **{f.name: getattr(self, f.name) for f in _settings_of(type(self))
@@ -586,7 +586,7 @@ GENERIC_DEFAULTS = {f.name: f.metadata["generic_default"]
 def _check_speeds_fit(config: TrainConfig) -> None:
   """Raises `ValueError` when `speeds:S0,S1,...` does not give one speed a worker."""
   speed_model = getattr(config.options, "speed_model", "constant")
-  speeds = importlib.import_module("agn_jax.cluster").parse_speed_model(
+  speeds = importlib.import_module("agn_jax.sim.speeds").parse_speed_model(
       speed_model).speeds
   if speeds and len(speeds) != config.num_workers:
     raise ValueError(f"--speed_model={speed_model} gives {len(speeds)} "

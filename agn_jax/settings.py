@@ -146,7 +146,7 @@ def setting(default, help: str, *, check: Optional[Check] = None,  # pylint: dis
       cost: changes what a step, a commit or an apply costs;
       per_run: names one run of a study (its cell and its directory);
       seconds: a time or rate in seconds, which a clock that counts local
-        steps cannot take (`agn_jax.cluster.clock_error`).
+        steps cannot take (`agn_jax.sim.clock.clock_error`).
 
   Returns:
     The `dataclasses.field`.

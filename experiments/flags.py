@@ -504,7 +504,7 @@ def default_workdir(strategy: str, num_workers: int,
 
   Two runs started in the same second never share it.
   """
-  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from agn_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   return workdir_lib.unique_default_workdir(
       root, f"{strategy}-n{num_workers}-l{communication_window}")
 
@@ -518,7 +518,7 @@ def check_workdir(workdir: str, resume: bool) -> None:
   """
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise UsageError(f"--workdir={workdir} is a file, not a directory")
-  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from agn_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   # A lock file alone (left by a killed run) is no run.
   non_empty = os.path.isdir(workdir) and bool(workdir_lib.entries(workdir))
   if non_empty and not resume:

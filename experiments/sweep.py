@@ -51,9 +51,9 @@ from absl import logging
 from agn_jax import config as config_lib
 from agn_jax import metrics
 from agn_jax import strategies as strategies_lib
+from agn_jax import workdir as workdir_lib
 from agn_jax.data import DataError
 from agn_jax.errors import CheckpointError, WorkdirBusy, WorkdirError
-from agn_jax.runtime import workdir as workdir_lib
 from experiments import compare
 from experiments import curves
 from experiments import flags as flags_lib

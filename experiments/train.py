@@ -290,7 +290,7 @@ def remove_if_unstarted(workdir: str) -> None:
 
   So fixing the flag and running the same command again just works.
   """
-  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from agn_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   try:
     if set(workdir_lib.entries(workdir)) <= {"config.json"}:
       shutil.rmtree(workdir)

@@ -84,6 +84,40 @@ def expect_exit_2_naming(result: Result, program: str, *names: str) -> str:
   return line
 
 
+_WITH_FAULT = '''"""`python -m experiments.train` with a fault injected into its workers."""
+if __name__ == "__main__":
+  import functools
+  from absl import app
+  from agn_jax import runtime
+  from agn_jax.runtime.context import Fault, Faults
+  from experiments import flags as flags_lib
+  from experiments import train
+  runtime.train = functools.partial(runtime.train,
+                                    faults=Faults(fault={fault}))
+  flags_lib.define_train_flags()
+  app.run(train.main, flags_parser=flags_lib.parse_flags_or_exit)
+'''
+
+
+def train_with_fault(root: str, fault: str, *args: str,
+                     deadline: float = DEADLINE) -> Result:
+  """Runs the train CLI with `fault` (a `Fault(...)` expression) injected into its workers.
+
+  The fault is a test's hook (`agn_jax.runtime.context.Faults`, passed to
+  `train()`): no environment variable reaches the production workers, so
+  a small program named train.py wraps the CLI and passes it.
+  """
+  directory = os.path.join(root, "with_fault")
+  os.makedirs(directory, exist_ok=True)
+  program = os.path.join(directory, "train.py")
+  with open(program, "w") as f:
+    f.write(_WITH_FAULT.format(fault=fault))
+  return finish(subprocess.Popen(
+      [sys.executable, program, *args], cwd=REPO, env=child_env(),
+      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      start_new_session=True), deadline)
+
+
 def without_module(root: str, module: str) -> Dict[str, str]:
   """An environment in which `module` cannot be imported, as when it is not installed.
 

@@ -553,12 +553,10 @@ class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks):
   def attack_15c(self):
     """a run that never began training (its worker fails at once): summary.json says failed, 0 commits"""
     workdir = self.path("never_began")
-    os.environ["AGN_JAX_FAULT"] = "raise:worker=0:window=0"
-    try:
-      result = cli("train", *SMALL[:1], "--num_workers=1",
-                   "--max_worker_restarts=0", f"--workdir={workdir}")
-    finally:
-      del os.environ["AGN_JAX_FAULT"]
+    result = train_with_fault(self.root, 'Fault("raise", worker=0, window=0)',
+                              *SMALL[:1], "--num_workers=1",
+                              "--max_worker_restarts=0",
+                              f"--workdir={workdir}")
     self.workdirs.append(workdir)
     line = expect_one_line_error(result, "train")
     summary = expect_outcome(workdir, "failed", "injected fault")

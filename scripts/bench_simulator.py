@@ -3,7 +3,7 @@
 Paper MLP (784-1000-2000-1000-10), n = 40, λ = 40, batch 128, AGN with Adam,
 on 784-dim synthetic data, by default. Measured in one run, side by side:
 
-* `simulator`: `agn_jax.simulator.Simulation`, `--rounds` windows per worker
+* `simulator`: `agn_jax.sim.simulation.Simulation`, `--rounds` windows per worker
   on the clock of `--speed_model` (constant: every worker one window per
   round, round robin; lognormal:0.5: each worker's own speed, so a round
   holds the windows whose centers exist). Steady state excludes the first
@@ -88,10 +88,10 @@ def _config(args, windows, train_size, workers_per_call=None):
 
 def run_simulator(args, dataset, rounds, workers_per_call=None):
   """Steady-state and end-to-end samples/s of `rounds` simulated rounds."""
-  from agn_jax.simulator import Simulation  # pylint: disable=g-import-not-at-top
+  from agn_jax.sim.simulation import Simulation  # pylint: disable=g-import-not-at-top
   config = _config(args, rounds, len(dataset.x_train), workers_per_call)
   t0 = time.perf_counter()
-  sim = Simulation(config, dataset)
+  sim = Simulation.from_config(config, dataset)
   built = time.perf_counter()
   sim.run_round()
   first = time.perf_counter()

@@ -30,7 +30,7 @@ PAPER_PARAMS = 4_798_010
 
 def machine():
   """A description of the machine the numbers come from."""
-  from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.backends import calibration  # pylint: disable=g-import-not-at-top
   cpu = calibration.cpu_name()
   try:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -98,7 +98,7 @@ class RayServer:
 
 def _ray_round_trip(transport, payload, pulled, rep):
   """One commit + acknowledgement + pull through the Ray transport, as a worker does it."""
-  from agn_jax.runtime.transport import CommitMeta
+  from agn_jax.runtime.transports.base import CommitMeta
   t = time.perf_counter()
   assert transport.commit(payload, CommitMeta(0, rep, 0.0, 0.0, 0.0),
                           timeout=60)
@@ -134,13 +134,14 @@ def main():
     import ray
     ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
              log_to_driver=False, configure_logging=False)
-    from agn_jax.runtime.ray_transport import RayTransport
+    from agn_jax.runtime.transports.ray import RayTransport
     ray_transport = RayTransport.create(p, len(wire), 1, 2, wire=wire)
     ray_server = ray.remote(RayServer).options(num_cpus=0).remote()
     ray_done = ray_server.serve.remote(ray_transport, args.reps + 1)
 
   import multiprocess
-  from agn_jax.runtime.transport import CommitHeader, SharedMemoryTransport
+  from agn_jax.runtime.transports.base import CommitHeader  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport  # pylint: disable=g-import-not-at-top
   ctx = multiprocess.get_context("spawn")
   transport = SharedMemoryTransport.create(ctx, p, payload_size=len(wire),
                                            num_slots=2, num_workers=1,

@@ -8,7 +8,7 @@ For each configuration (digits with the default MLP, and the paper MLP
 2. the simulated backend trains the same configuration with
    `--cluster=this_host --speed_model=trace:RUN_DIR`: each worker's windows
    last what that processes run's did, and the commits, pulls and applies
-   cost what `agn_jax.runtime.calibration` measures here right after that
+   cost what `agn_jax.runtime.backends.calibration` measures here right after that
    run (a fresh measurement for each run, not the shared cache: on a loaded
    shared machine a digits commit and pull, window end to next window
    start, took from 1.6 to 7.8 ms on average within one hour);
@@ -86,7 +86,8 @@ def with_run_costs(run_dir, rows, model):
   Returns:
     (its last commit's time ÷ the run's, the staleness TV distance).
   """
-  from agn_jax import cluster  # pylint: disable=g-import-not-at-top
+  from agn_jax.sim import clock as clock_lib  # pylint: disable=g-import-not-at-top
+  from agn_jax.sim import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
   mine = {}
   for r in rows:
     mine.setdefault(r["worker"], []).append(r)
@@ -102,15 +103,15 @@ def with_run_costs(run_dir, rows, model):
   apply = model["server_apply_seconds"]
   commit = max(0.0, float(np.mean(applied)) - apply)
   n = model.get("num_workers", len(mine))
-  times = cluster.TimeModel(
+  times = clock_lib.TimeModel(
       1.0, commit, max(0.0, float(np.mean(gap)) - commit - apply), apply,
       num_workers=n, communication_window=model["communication_window"],
       speed_model=f"trace:{run_dir}")
-  schedule = list(cluster.EventSchedule(
+  schedule = list(schedule_lib.EventSchedule(
       times, max(len(m) for m in mine.values())).drain())
   ratio = schedule[-1].applied / max(r["time"] for r in rows)
   return round(ratio, 3), round(tv_distance(
-      [r["staleness"] for r in rows], cluster.staleness_of(schedule, n)), 3)
+      [r["staleness"] for r in rows], schedule_lib.staleness_of(schedule, n)), 3)
 
 
 def _setups(args):
@@ -133,7 +134,8 @@ def calibrate(name, dataset, settings, n, windows, root, cache_dir,
               this_host_cache=None):
   """One configuration at n workers: the processes run and its two simulations."""
   from agn_jax.config import ProcessesOptions, SimulatedOptions, TrainConfig  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import calibration, train  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime import train
+  from agn_jax.runtime.backends import calibration  # pylint: disable=g-import-not-at-top
   lam, batch = settings["communication_window"], settings["batch_size"]
   epochs = (windows * lam * batch + 0.5) * n / len(dataset.x_train)
 

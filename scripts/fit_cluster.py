@@ -8,7 +8,7 @@ after the first round at τ = 19.
 
 For each speed-model family with one parameter (`lognormal:SIGMA`, speeds
 drawn once a worker; `random:SIGMA`, drawn anew every window) and each σ of
-a grid, this runs `agn_jax.cluster`'s event schedule of that run on
+a grid, this runs `agn_jax.sim.schedule`'s event schedule of that run on
 `--cluster=paper` (the paper MLP, batch 128, 40 epochs of 60,000 examples:
 62 windows of 15 steps a worker, 1,240 commits), for `--seeds` seeds, and
 takes the total-variation distance ½ Σ |p − q| between the mean simulated
@@ -21,12 +21,12 @@ histograms beside it (.png):
 
     python scripts/fit_cluster.py
 
-The winner is `--speed_model=thesis` (`agn_jax.cluster.THESIS_SPEED_MODEL`).
+The winner is `--speed_model=thesis` (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`).
 
 It also refits `--cluster=paper`'s step, message and apply times to the
 thesis' four published run times on the steps the simulator actually runs
 (whole windows: 440 of a worker's 468.75 steps at n = λ = 40), "paper_times"
-in the output; `agn_jax.cluster.PAPER` holds the result.
+in the output; `agn_jax.sim.clock.PAPER` holds the result.
 """
 
 import argparse
@@ -40,8 +40,10 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from agn_jax import cluster
 from agn_jax.shares import windows_per_worker
+from agn_jax.sim import clock
+from agn_jax.sim import schedule
+from agn_jax.sim import speeds
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 NUM_WORKERS, WINDOW, BATCH, EPOCHS, EXAMPLES = 20, 15, 128, 40.0, 60_000
@@ -60,7 +62,7 @@ THESIS_COUNTS = {
     **{tau: 1 for tau in (40, 45, 50, 55, 60, 70, 80)},
 }
 FAMILIES = ("lognormal", "random")
-PAPER_MLP = cluster.Workload(num_params=4_798_010, flops_per_step=3.484e9,
+PAPER_MLP = clock.Workload(num_params=4_798_010, flops_per_step=3.484e9,
                              optimizer_floats=4.0)  # AGN with Adam.
 
 
@@ -76,12 +78,12 @@ def simulated_histogram(speed_model: str, seeds) -> np.ndarray:
   windows = windows_per_worker(EXAMPLES, NUM_WORKERS, EPOCHS, WINDOW, BATCH)
   counts = []
   for seed in seeds:
-    model = cluster.time_model(cluster.PAPER, PAPER_MLP,
+    model = clock.time_model(clock.PAPER, PAPER_MLP,
                                num_workers=NUM_WORKERS,
                                communication_window=WINDOW,
                                speed_model=speed_model, seed=seed)
-    staleness = cluster.staleness_of(
-        list(cluster.EventSchedule(model, windows).drain()), NUM_WORKERS)
+    staleness = schedule.staleness_of(
+        list(schedule.EventSchedule(model, windows).drain()), NUM_WORKERS)
     counts.append(np.bincount(np.minimum(staleness, BINS - 1),
                               minlength=BINS))
   return np.mean(counts, axis=0)
@@ -109,10 +111,10 @@ PREVIOUS_FIT = (0.405139, 0.512788, 0.479801)
 def modeled_seconds(n: int, lam: int, step: float, message: float,
                     apply: float) -> float:
   """The last commit's apply in a constant-speed run of whole windows (the steps actually run)."""
-  model = cluster.TimeModel(step, message, message, apply, num_workers=n,
+  model = clock.TimeModel(step, message, message, apply, num_workers=n,
                             communication_window=lam)
   windows = windows_per_worker(EXAMPLES, n, EPOCHS, lam, BATCH)
-  return max(c.applied for c in cluster.EventSchedule(model, windows).drain())
+  return max(c.applied for c in schedule.EventSchedule(model, windows).drain())
 
 
 def refit_paper_times() -> dict:
@@ -133,9 +135,9 @@ def refit_paper_times() -> dict:
                           options={"xatol": 1e-5, "fatol": 1e-10,
                                    "maxiter": 600})
   step, message, apply = (float(v) for v in fit.x)
-  center_bytes = cluster.BYTES_PER_PARAM * PAPER_MLP.num_params
-  update = PAPER_MLP.update_bytes() / cluster.PAPER.update_bytes_per_second
-  latency = cluster.PAPER.latency_ms / 1e3
+  center_bytes = clock.BYTES_PER_PARAM * PAPER_MLP.num_params
+  update = PAPER_MLP.update_bytes() / clock.PAPER.update_bytes_per_second
+  latency = clock.PAPER.latency_ms / 1e3
   return {
       "step_seconds": round(step, 4), "message_seconds": round(message, 4),
       "apply_seconds": round(apply, 4),
@@ -189,9 +191,9 @@ def main():
                       help="the JSON; the plot goes beside it (.png)")
   args = parser.parse_args()
   if not (args.seeds >= 1 and 0 < args.sigma_step <= args.sigma_max <=
-          cluster.MAX_SIGMA):
+          speeds.MAX_SIGMA):
     parser.error(f"need --seeds >= 1 and 0 < --sigma_step <= --sigma_max <= "
-                 f"{cluster.MAX_SIGMA:g}")
+                 f"{speeds.MAX_SIGMA:g}")
   started = time.monotonic()
   thesis = thesis_histogram()
   seeds = range(args.seeds)

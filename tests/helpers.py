@@ -11,6 +11,8 @@ from absl import flags
 import psutil
 import pytest
 
+from agn_jax.runtime.context import Fault, Faults
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -120,16 +122,17 @@ def train_with_two_failures(train, config):
       os.kill(pid, signal.SIGKILL)
       killed.append(pid)
 
-  os.environ["AGN_JAX_FAULT"] = "raise:worker=0:window=5"
-  try:
-    summary = train(config, progress=kill_worker_1)
-  finally:
-    del os.environ["AGN_JAX_FAULT"]
+  summary = train(config, progress=kill_worker_1,
+                  faults=Faults(fault=Fault("raise", worker=0, window=5)))
   return summary, killed
 
 
-def train_in_process(config):
+def train_in_process(config, faults=None):
   """Trains `config` on the in-process backend: the real server, worker and evaluator loops as threads.
+
+  Args:
+    config: the run.
+    faults: a `Faults` to inject into the workers, or None.
 
   Returns:
     `(summary, center, run)`: the run's summary, its final center, and the
@@ -137,9 +140,9 @@ def train_in_process(config):
   """
   # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.bookkeeping import RunBook
-  from agn_jax.runtime.inprocess import InProcessBackend
+  from agn_jax.runtime.backends.inprocess import InProcessBackend
   book = RunBook(config, None, "inprocess")
-  run = InProcessBackend(config, book)
+  run = InProcessBackend(config, book, faults or Faults())
   try:
     run.prepare()
     run.run()

@@ -5,6 +5,7 @@ import pytest
 
 from agn_jax import shares
 from agn_jax.config import TrainConfig
+from agn_jax.runtime.context import Faults, Slowdown
 
 
 N, WORKERS, SEED = 103, 4, 7
@@ -115,13 +116,13 @@ def _stream_simulation(speed_model, seed=0, epochs=2.0):
   # pylint: disable=g-import-not-at-top
   from agn_jax import data
   from agn_jax.config import SimulatedOptions
-  from agn_jax.simulator import Simulation
+  from agn_jax.sim.simulation import Simulation
   config = TrainConfig(dataset="digits", num_workers=4, communication_window=4,
                        epochs=epochs, batch_size=16, hidden_sizes=(16,),
                        backend="simulated", data_assignment="stream",
                        seed=seed, options=SimulatedOptions(
                            cluster="none", speed_model=speed_model))
-  return config, Simulation(config.validate(), data.load("digits"))
+  return config, Simulation.from_config(config.validate(), data.load("digits"))
 
 
 @pytest.mark.parametrize("speed_model,fastest_over_slowest", [
@@ -203,13 +204,13 @@ def _stream_config(tmp_path, **changes):
 
 @pytest.mark.parametrize("strategy", ["agn", "aeasgd"])
 def test_real_loops_hand_a_slowed_worker_fewer_of_the_streams_steps(
-    tmp_path, monkeypatch, strategy):
+    tmp_path, strategy):
   from helpers import train_in_process  # pylint: disable=g-import-not-at-top
   # Worker 1 sleeps 5 ms a local step; the others train a step in well
   # under that, so they take most of the stream.
-  monkeypatch.setenv("AGN_JAX_SLOW", "worker=1:seconds=0.005")
   config = _stream_config(tmp_path, strategy=strategy)
-  summary, _, _ = train_in_process(config)
+  summary, _, _ = train_in_process(
+      config, Faults(slowdown=Slowdown(worker=1, seconds=0.005)))
   assert summary["completed"], summary.get("outcome")
   samples = summary["samples_per_worker"]
   # The budget: three shares of whole windows, as with shards.

@@ -1,4 +1,4 @@
-"""The simulator's clock (agn_jax.cluster), pure numpy: no JAX, no numerics.
+"""The simulator's clock, speed models and schedule (agn_jax.sim), pure numpy: no JAX, no numerics.
 
 The paper preset against the thesis' published run times; schedules worked
 out by hand (a FIFO server, round robin, pull-before-commit workers,
@@ -15,23 +15,25 @@ import sys
 import numpy as np
 import pytest
 
-from agn_jax import cluster
+from agn_jax.sim import clock
+from agn_jax.sim import schedule
+from agn_jax.sim import speeds
 
-PAPER_MLP = cluster.Workload(num_params=4_798_010, flops_per_step=3.4837e9,
+PAPER_MLP = clock.Workload(num_params=4_798_010, flops_per_step=3.4837e9,
                              optimizer_floats=4.0)  # AGN with Adam.
 SAMPLES = 2_400_000  # The thesis' 40 epochs of 60,000 examples.
 
 
 def _model(n, lam=2, speed_model="constant", step=1.0, commit=0.0, pull=0.0,
            apply=0.0, seed=0, pull_before_commit=False):
-  return cluster.TimeModel(step, commit, pull, apply, num_workers=n,
+  return clock.TimeModel(step, commit, pull, apply, num_workers=n,
                            communication_window=lam, speed_model=speed_model,
                            seed=seed, pull_before_commit=pull_before_commit,
                            unit="seconds")
 
 
 def _paper(n, lam, **overrides):
-  return cluster.time_model(cluster.PAPER, PAPER_MLP, num_workers=n,
+  return clock.time_model(clock.PAPER, PAPER_MLP, num_workers=n,
                             communication_window=lam, **overrides)
 
 
@@ -44,14 +46,14 @@ def _thesis_seconds(n, lam, **overrides):
   """
   model = _paper(n, lam, **overrides)
   windows = int(SAMPLES / (128 * n) // lam)
-  return max(c.applied for c in cluster.EventSchedule(model, windows).drain())
+  return max(c.applied for c in schedule.EventSchedule(model, windows).drain())
 
 
 @pytest.mark.parametrize("n,lam,published", [
     (10, 10, 1066.08), (10, 40, 845.0), (20, 20, 432.93), (40, 40, 257.62)])
 def test_paper_preset_reproduces_the_thesis_times(n, lam, published):
   # The preset was fitted to these four times on the steps actually run
-  # (see cluster.PAPER): each within the report's ±10 %.
+  # (see clock.PAPER): each within the report's ±10 %.
   assert _thesis_seconds(n, lam) == pytest.approx(published, rel=0.10)
 
 
@@ -61,15 +63,15 @@ def test_paper_at_1_gbps_a_window_of_10_is_slower_than_40():
   # measured (1,066 s against 845 s).
   def seconds(lam):
     model = _paper(10, lam, bandwidth_gbps=1.0)
-    return max(c.applied for c in cluster.EventSchedule(
+    return max(c.applied for c in schedule.EventSchedule(
         model, 1840 // lam).drain())
 
   assert seconds(10) > 1.05 * seconds(40)
   # Free messages and server: the same data takes the same time.
   free = dict(bandwidth_gbps=1e9, latency_ms=0.0, server_apply_ms=0.0)
-  assert max(c.applied for c in cluster.EventSchedule(
+  assert max(c.applied for c in schedule.EventSchedule(
       _paper(10, 10, **free), 184).drain()) == pytest.approx(max(
-          c.applied for c in cluster.EventSchedule(
+          c.applied for c in schedule.EventSchedule(
               _paper(10, 40, **free), 46).drain()))
 
 
@@ -83,13 +85,13 @@ def test_paper_costs_follow_the_workload():
   assert model.step_seconds == pytest.approx(
       3.4837e9 / 9.25e9 + 44 * 4_798_010 / 5e9)
   # A second payload vector (adag) doubles the commit's bytes and apply.
-  adag = cluster.time_model(cluster.PAPER, PAPER_MLP._replace(
+  adag = clock.time_model(clock.PAPER, PAPER_MLP._replace(
       payload_vectors=2), num_workers=40, communication_window=40)
   assert adag.server_apply_seconds == pytest.approx(
       2 * model.server_apply_seconds)
   assert adag.commit_seconds == pytest.approx(1e-3 + 2 * center * 8 / 0.305e9)
   # SGD's update touches less memory than Adam's.
-  sgd = cluster.time_model(cluster.PAPER, PAPER_MLP._replace(
+  sgd = clock.time_model(clock.PAPER, PAPER_MLP._replace(
       optimizer_floats=2.0), num_workers=40, communication_window=40)
   assert sgd.step_seconds < model.step_seconds
   assert _paper(4, 4, server_apply_ms=7.0).server_apply_seconds == 0.007
@@ -99,12 +101,12 @@ def test_overrides_need_a_clock_of_seconds():
   with pytest.raises(ValueError, match=r"--latency_ms needs "
                      r"--cluster=this_host or paper \(--cluster=none counts "
                      "local steps"):
-    cluster.time_model(cluster.NONE, PAPER_MLP, num_workers=2,
+    clock.time_model(clock.NONE, PAPER_MLP, num_workers=2,
                        communication_window=2, latency_ms=1.0)
   with pytest.raises(ValueError, match="this_host is measured"):
-    cluster.preset("this_host")
+    clock.preset("this_host")
   with pytest.raises(ValueError, match="cluster must be one of"):
-    cluster.preset("tpu_pod")
+    clock.preset("tpu_pod")
 
 
 def test_round_robin_with_messages_and_a_busy_server():
@@ -113,10 +115,10 @@ def test_round_robin_with_messages_and_a_busy_server():
   # when the server is the bottleneck (n applies outlast a window).
   for apply in (0.01, 0.5):
     n = 5
-    commits = list(cluster.EventSchedule(
+    commits = list(schedule.EventSchedule(
         _model(n, step=0.1, commit=0.02, pull=0.03, apply=apply), 6).drain())
     assert [c.worker for c in commits] == list(range(n)) * 6
-    staleness = cluster.staleness_of(commits, n)
+    staleness = schedule.staleness_of(commits, n)
     assert staleness == list(range(n)) + [n - 1] * 5 * n
     # Everyone's first window ends at 0.2 and arrives at 0.22.
     assert [c.applied for c in commits[:n]] == pytest.approx(
@@ -133,12 +135,12 @@ def test_a_pull_before_commit_worker_does_not_wait_for_the_server():
   # a commit of 0.25 s after its window of 2 s) and goes on at once.
   model = _model(1, step=1.0, commit=0.25, pull=0.5, apply=10.0,
                  pull_before_commit=True)
-  first, second = cluster.EventSchedule(model, 2).drain()
+  first, second = schedule.EventSchedule(model, 2).drain()
   assert (first.window_end, first.arrival, first.applied) == (2.0, 2.75, 12.75)
   assert second.window_start == 2.75
   assert (second.arrival, second.applied) == (5.5, 22.75)
   # A commit-then-pull worker waits for the apply and its center.
-  first, second = cluster.EventSchedule(_model(
+  first, second = schedule.EventSchedule(_model(
       1, step=1.0, commit=0.25, pull=0.5, apply=10.0), 2).drain()
   assert (first.arrival, first.applied, second.window_start) == (
       2.25, 12.25, 12.75)
@@ -147,18 +149,18 @@ def test_a_pull_before_commit_worker_does_not_wait_for_the_server():
 def test_lognormal_speeds_lap_and_are_seeded():
   n = 4
   model = _model(n, speed_model="lognormal:1.0", seed=3)
-  speeds = model.worker_speeds()
-  z = np.random.default_rng([3, cluster._SALT, 2**31]).standard_normal(n)
-  np.testing.assert_allclose(speeds, np.exp(z))
-  commits = list(cluster.EventSchedule(model, 20).drain())
-  assert max(cluster.staleness_of(commits, n)) > 2 * n - 2
+  worker_speeds = model.worker_speeds()
+  z = np.random.default_rng([3, clock._SALT, 2**31]).standard_normal(n)
+  np.testing.assert_allclose(worker_speeds, np.exp(z))
+  commits = list(schedule.EventSchedule(model, 20).drain())
+  assert max(schedule.staleness_of(commits, n)) > 2 * n - 2
   for k in range(n):
     ends = [c.window_end for c in commits if c.worker == k]
-    np.testing.assert_allclose(np.diff(ends), 2 / speeds[k])
-  again = list(cluster.EventSchedule(
+    np.testing.assert_allclose(np.diff(ends), 2 / worker_speeds[k])
+  again = list(schedule.EventSchedule(
       _model(n, speed_model="lognormal:1.0", seed=3), 20).drain())
   assert again == commits
-  other = list(cluster.EventSchedule(
+  other = list(schedule.EventSchedule(
       _model(n, speed_model="lognormal:1.0", seed=4), 20).drain())
   assert [c.worker for c in other] != [c.worker for c in commits]
 
@@ -166,7 +168,7 @@ def test_lognormal_speeds_lap_and_are_seeded():
 def test_random_windows_are_drawn_per_window():
   model = _model(2, lam=3, speed_model="random:0.5", step=2.0, seed=7)
   for k in range(2):
-    z = np.random.default_rng([7, cluster._SALT, k, 0]).standard_normal(5)
+    z = np.random.default_rng([7, clock._SALT, k, 0]).standard_normal(5)
     np.testing.assert_allclose([model.window_seconds(k, i) for i in range(5)],
                                6.0 * np.exp(0.5 * z))
   # The draws do not depend on how many windows a share holds.
@@ -205,7 +207,7 @@ def test_stragglers():
 ])
 def test_bad_speed_models(text, message):
   with pytest.raises(ValueError, match=f"--speed_model={text}: ") as caught:
-    cluster.parse_speed_model(text)
+    speeds.parse_speed_model(text)
   assert message in str(caught.value)
   assert "\n" not in str(caught.value)
 
@@ -213,7 +215,7 @@ def test_bad_speed_models(text, message):
 def test_speed_models_round_trip():
   for text in ("constant", "lognormal:0.5", "random:1", "straggler:0.1:4",
                "speeds:1,2.5"):
-    assert cluster.parse_speed_model(text).text() == text
+    assert speeds.parse_speed_model(text).text() == text
   with pytest.raises(ValueError, match="has 2 speeds for 3 workers"):
     _model(3, speed_model="speeds:1,2")
 
@@ -239,7 +241,7 @@ def test_trace_replays_a_runs_step_times(tmp_path):
   # Worker 0's windows of 4 steps took 0.4 s and 0.8 s, worker 1's 1.2 s.
   run = _write_trace(tmp_path / "run", 4, [(0, 0.0, 0.4), (1, 0.0, 1.2),
                                            (0, 0.5, 1.3)])
-  steps = cluster.read_trace(run)
+  steps = speeds.read_trace(run)
   np.testing.assert_allclose(steps[0], [0.1, 0.2])
   np.testing.assert_allclose(steps[1], [0.3])
   # λ = 2 here: 2 steps at the trace's step times; worker k replays trace
@@ -250,12 +252,12 @@ def test_trace_replays_a_runs_step_times(tmp_path):
   assert model.window_seconds(1, 5) == pytest.approx(0.6)
   assert model.window_seconds(2, 1) == pytest.approx(0.4)
   with pytest.raises(ValueError, match="counts local steps"):
-    cluster.TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2,
+    clock.TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2,
                       communication_window=2, speed_model=f"trace:{run}",
                       unit="steps")
   empty = _write_trace(tmp_path / "empty", 4, [])
   with pytest.raises(ValueError, match="no commit rows with window times"):
-    cluster.read_trace(empty)
+    speeds.read_trace(empty)
 
 
 def test_trace_replays_when_each_worker_began(tmp_path):
@@ -263,20 +265,20 @@ def test_trace_replays_when_each_worker_began(tmp_path):
   # only at 0.3 s; windows of 4 steps of 0.1 s.
   run = _write_trace(tmp_path / "run", 4, [(0, 0.02, 0.42), (1, 0.3, 0.7),
                                            (0, 0.5, 0.9)])
-  assert cluster.read_trace_starts(run) == [0.02, 0.3]
+  assert speeds.read_trace_starts(run) == [0.02, 0.3]
   model = _model(3, lam=4, speed_model=f"trace:{run}", commit=0.01)
   assert model.describe()["worker_starts"] == [0.02, 0.3, 0.02]
-  first = list(cluster.EventSchedule(model, 1).drain())
+  first = list(schedule.EventSchedule(model, 1).drain())
   # Worker 2 replays worker 0: both arrive at 0.43 (the tie goes by index).
   assert [c.worker for c in first] == [0, 2, 1]
   np.testing.assert_allclose(
       [(c.window_start, c.window_end, c.applied) for c in first],
       [(0.02, 0.42, 0.43), (0.02, 0.42, 0.43), (0.3, 0.7, 0.71)])
   # Arrays given without their starts: every worker starts at 0.
-  given = cluster.TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2,
+  given = clock.TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=2,
                             communication_window=4,
                             speed_model=f"trace:{run}",
-                            trace=cluster.read_trace(run))
+                            trace=speeds.read_trace(run))
   assert [given.start_seconds(k) for k in range(2)] == [0.0, 0.0]
 
 
@@ -295,7 +297,7 @@ def test_trace_slows_a_workers_messages_as_its_windows(tmp_path):
   assert model.pull_seconds_of(1) == pytest.approx(0.06)
   # Worker 1's first window (4 steps of 0.1 s) ends at 0.4; its commit
   # arrives 0.03 s later, its next window starts 0.06 s after the apply.
-  commits = list(cluster.EventSchedule(model, 2).drain())
+  commits = list(schedule.EventSchedule(model, 2).drain())
   first = [c for c in commits if c.worker == 1]
   assert first[0].applied == pytest.approx(0.43)
   assert first[1].window_start == pytest.approx(0.49)
@@ -305,7 +307,7 @@ def test_trace_slows_a_workers_messages_as_its_windows(tmp_path):
 
 
 def test_this_host_counts_only_windows_while_every_worker_runs():
-  from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.backends import calibration  # pylint: disable=g-import-not-at-top
   def row(worker, start, end, applied):
     return {"event": "commit", "worker": worker, "time": applied,
             "window_start": start, "window_end": end}
@@ -333,47 +335,47 @@ def test_this_host_counts_only_windows_while_every_worker_runs():
 def test_restored_schedule_continues_exactly():
   model = _model(3, speed_model="random:0.7", step=0.1, commit=0.01,
                  pull=0.01, apply=0.02)
-  whole = list(cluster.EventSchedule(model, 10).drain())
-  first = cluster.EventSchedule(model, 10)
+  whole = list(schedule.EventSchedule(model, 10).drain())
+  first = schedule.EventSchedule(model, 10)
   head = [first.pop() for _ in range(13)]
   saved = json.loads(json.dumps(first.state()))
-  second = cluster.EventSchedule(model, 10)
+  second = schedule.EventSchedule(model, 10)
   second.restore(saved)
   assert head + list(second.drain()) == whole
   # A longer share continues where the shorter one ended.
-  short = cluster.EventSchedule(model, 4)
+  short = schedule.EventSchedule(model, 4)
   list(short.drain())
-  longer = cluster.EventSchedule(model, 10)
+  longer = schedule.EventSchedule(model, 10)
   longer.restore(short.state())
   rest = list(longer.drain())
   assert len(rest) == 3 * 6 and rest[0].window == 4
   with pytest.raises(ValueError, match="of 3 workers, this one has 2"):
-    cluster.EventSchedule(_model(2), 4).restore(saved)
+    schedule.EventSchedule(_model(2), 4).restore(saved)
 
 
 def test_replay_schedule():
-  flat = cluster.ReplaySchedule([0, 1, 0], num_workers=2, num_windows=2)
+  flat = schedule.ReplaySchedule([0, 1, 0], num_workers=2, num_windows=2)
   assert [(c.worker, c.window, c.window_start, c.applied, c.barrier)
           for c in flat.drain()] == [(0, 0, 0.0, 1.0, False),
                                      (1, 0, 0.0, 2.0, False),
                                      (0, 1, 1.0, 3.0, False)]
-  rounds = cluster.ReplaySchedule([[1, 0], [0]], num_workers=2, num_windows=2)
+  rounds = schedule.ReplaySchedule([[1, 0], [0]], num_workers=2, num_windows=2)
   rounds.pop()
   state = rounds.state()
-  again = cluster.ReplaySchedule([[1, 0], [0]], num_workers=2, num_windows=2)
+  again = schedule.ReplaySchedule([[1, 0], [0]], num_workers=2, num_windows=2)
   again.restore(state)
   assert [c.worker for c in again.drain()] == [0, 0]
   with pytest.raises(ValueError, match="distinct"):
-    cluster.ReplaySchedule([[0, 0]], 2, 2)
+    schedule.ReplaySchedule([[0, 0]], 2, 2)
   with pytest.raises(ValueError, match="worker 2 is not in"):
-    cluster.ReplaySchedule([2], 2, 2)
+    schedule.ReplaySchedule([2], 2, 2)
   with pytest.raises(ValueError, match="commits 3 times"):
-    cluster.ReplaySchedule([0, 0, 0], 2, 2)
+    schedule.ReplaySchedule([0, 0, 0], 2, 2)
 
 
 def test_message_seconds():
-  assert cluster.message_seconds(1e6, math.inf, 0.5) == 0.0005
-  assert cluster.message_seconds(1.25e8, 10.0, 0.0) == pytest.approx(0.1)
+  assert clock.message_seconds(1e6, math.inf, 0.5) == 0.0005
+  assert clock.message_seconds(1.25e8, 10.0, 0.0) == pytest.approx(0.1)
 
 
 def _trace_dir(tmp_path, rows, num_workers=2):
@@ -403,7 +405,7 @@ def _commit(worker=0, time=1.0, start=0.0, end=0.5):
 def test_a_bad_trace_row_names_its_file_line_and_field(tmp_path, bad, named):
   run = _trace_dir(tmp_path, [_commit(), _commit(**bad)])
   with pytest.raises(ValueError) as caught:
-    cluster.parse_speed_model(f"trace:{run}")
+    speeds.parse_speed_model(f"trace:{run}")
   message = str(caught.value)
   assert message.startswith(f"--speed_model=trace:{run}: "
                             f"{run / 'metrics.jsonl'}, {named}"), message
@@ -417,18 +419,18 @@ def test_a_trace_row_cut_short_at_the_end_is_skipped_elsewhere_refused(
   with open(run / "metrics.jsonl", "a") as f:
     f.write('{"event": "commit", "wor')  # A kill mid-row.
   # Steps of 0.25 s and 0.5 s (λ = 2), read as written.
-  assert [t.tolist() for t in cluster.read_trace(str(run))] == [[0.25], [0.5]]
+  assert [t.tolist() for t in speeds.read_trace(str(run))] == [[0.25], [0.5]]
   text = (run / "metrics.jsonl").read_text()
   (run / "metrics.jsonl").write_text('{"cut\n' + text)
   with pytest.raises(ValueError, match="line 1: not a JSON object"):
-    cluster.parse_speed_model(f"trace:{run}")
+    speeds.parse_speed_model(f"trace:{run}")
 
 
 def test_a_binary_trace_is_named(tmp_path):
   run = _trace_dir(tmp_path, [_commit()])
   (run / "metrics.jsonl").write_bytes(b'{"event": "x"}\n\xb1\xff\n')
   with pytest.raises(ValueError, match=r"metrics.jsonl, line 2: not UTF-8"):
-    cluster.parse_speed_model(f"trace:{run}")
+    speeds.parse_speed_model(f"trace:{run}")
 
 
 def test_the_thesis_speed_model_is_the_committed_fit(tmp_path):
@@ -439,10 +441,10 @@ def test_the_thesis_speed_model_is_the_committed_fit(tmp_path):
   with open(os.path.join(root, "experiments", "results",
                          "cluster_fit.json")) as f:
     committed = json.load(f)
-  assert committed["speed_model"] == cluster.THESIS_SPEED_MODEL
+  assert committed["speed_model"] == speeds.THESIS_SPEED_MODEL
   assert committed["tv_distance"] <= 0.25
-  assert cluster.parse_speed_model("thesis") == cluster.parse_speed_model(
-      cluster.THESIS_SPEED_MODEL)
+  assert speeds.parse_speed_model("thesis") == speeds.parse_speed_model(
+      speeds.THESIS_SPEED_MODEL)
   out = subprocess.run(
       [sys.executable, os.path.join(root, "scripts", "fit_cluster.py"),
        "--seeds=1", "--sigma_step=0.1", "--sigma_max=0.5", "--no-paper_times",

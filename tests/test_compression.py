@@ -19,17 +19,17 @@ import numpy as np
 import optax
 import pytest
 
-from agn_jax import TrainConfig, build, compression, data, get_strategy
 from agn_jax import strategies
+from agn_jax import TrainConfig, build, compression, data, get_strategy
 from agn_jax.config import ProcessesOptions, SimulatedOptions, field_error
 from agn_jax.flat import FlatLayout
 from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime.inprocess import InProcessTransport
 from agn_jax.runtime.server import server_apply_fn
-from agn_jax.runtime.transport import (CommitMeta, SharedMemoryTransport,
-                                       wire_bytes)
+from agn_jax.runtime.transports.base import CommitMeta, wire_bytes
+from agn_jax.runtime.transports.inprocess import InProcessTransport
+from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 from agn_jax.runtime.worker import worker_functions
-from agn_jax.simulator import Simulation
+from agn_jax.sim.simulation import Simulation
 from helpers import train_in_process
 
 CODECS = ("bf16", "int8", "topk:0.1", "topk:1")
@@ -236,7 +236,7 @@ def _digits_sim(compress, epochs=4.0, seed=0):
                        epochs=epochs, learning_rate=3e-3, seed=seed,
                        commit_compression=compress, backend="simulated")
   ds = data.load("digits", seed=seed)
-  sim = Simulation(config, ds)
+  sim = Simulation.from_config(config, ds)
   for _ in sim:
     pass
   return sim, ds
@@ -281,12 +281,12 @@ def test_a_restored_simulation_keeps_its_residuals(digits_runs):
                        epochs=4.0, learning_rate=3e-3,
                        commit_compression="int8", backend="simulated")
   ds = data.load("digits", seed=0)
-  first = Simulation(config, ds)
+  first = Simulation.from_config(config, ds)
   for _ in range(3):
     first.run_round()
   state = first.state()
   assert np.any(state["arrays"]["workers"].residual)
-  second = Simulation(config, ds)
+  second = Simulation.from_config(config, ds)
   second.restore(state)
   for _ in second:
     pass
@@ -332,7 +332,7 @@ def test_the_time_model_sends_the_compressed_bytes():
                          commit_compression=name, backend="simulated",
                          options=SimulatedOptions(cluster="paper",
                                                   latency_ms=0.0))
-    models[name] = Simulation(config, ds).time_model
+    models[name] = Simulation.from_config(config, ds).time_model
   none, int8 = models["none"], models["int8"]
   p = none.record["center_bytes"] // 4
   assert none.record["payload_bytes"] == 4 * p

@@ -19,14 +19,15 @@ import pytest
 from absl import flags
 
 from agn_jax import TrainConfig, agn, commit_delta, get_strategy, window_kernel
-from agn_jax.cluster import TimeModel
 from agn_jax.config import ProcessesOptions, SimulatedOptions
 from agn_jax.data import load
 from agn_jax.runtime import train
+from agn_jax.runtime.context import Faults, Slowdown
 from agn_jax.runtime.server import WindowPlanner
-from agn_jax.runtime.transport import CommitMeta, WindowPlan
+from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
 from agn_jax.shares import Windows, local_updates, windows_per_worker
-from agn_jax.simulator import Simulation
+from agn_jax.sim.clock import TimeModel
+from agn_jax.sim.simulation import Simulation
 from agn_jax.transform import find_agn_state, reanchor, set_window
 from experiments import flags as flags_lib
 from helpers import metrics_rows, train_in_process
@@ -143,7 +144,7 @@ def _linear_sim(speeds, lam, epochs, dynamic=True, **kwargs):
   center = {"w": np.zeros(3, np.float32), "b": np.zeros((), np.float32)}
   # A mini-batch is the whole shard: each step's gradient is the shard's,
   # whatever order the sampler draws it in.
-  return Simulation.from_parts(
+  return Simulation(
       strategy, _linear_loss, center, x, y, num_workers=n,
       batch_size=len(x) // n, epochs=epochs, time_model=model,
       dynamic_local_updates=dynamic, **kwargs)
@@ -199,8 +200,8 @@ def _digits_config(dynamic, speed_model, **overrides):
 
 
 def test_equal_speeds_change_nothing(digits):
-  plain = Simulation(_digits_config(False, "constant"), digits)
-  dynamic = Simulation(_digits_config(True, "constant"), digits)
+  plain = Simulation.from_config(_digits_config(False, "constant"), digits)
+  dynamic = Simulation.from_config(_digits_config(True, "constant"), digits)
   assert dynamic.local_updates == (6, 6, 6)
   a = [r._replace(window_round=0) for rr in plain for r in rr]
   b = [r._replace(window_round=0) for rr in dynamic for r in rr]
@@ -211,8 +212,8 @@ def test_equal_speeds_change_nothing(digits):
 def test_per_worker_speeds_give_the_formula_and_keep_the_data_budget(digits):
   speeds = (1.0, 0.5, 0.3)
   model = "speeds:1,0.5,0.3"
-  plain = Simulation(_digits_config(False, model), digits)
-  dynamic = Simulation(_digits_config(True, model), digits)
+  plain = Simulation.from_config(_digits_config(False, model), digits)
+  dynamic = Simulation.from_config(_digits_config(True, model), digits)
   assert dynamic.local_updates == _by_hand(6, speeds) == (6, 3, 2)
   share = windows_per_worker(len(digits.x_train), 3, 0.5, 6, 8)
   a = [r for rr in plain for r in rr]
@@ -228,11 +229,11 @@ def test_per_worker_speeds_give_the_formula_and_keep_the_data_budget(digits):
 
 def test_a_restored_simulation_continues_exactly(digits):
   config = _digits_config(True, "speeds:1,0.5,0.3")
-  whole = Simulation(config, digits)
+  whole = Simulation.from_config(config, digits)
   expected = [r for rr in whole for r in rr]
-  first = Simulation(config, digits)
+  first = Simulation.from_config(config, digits)
   records = first.run_round() + first.run_round() + first.run_round()
-  second = Simulation(config, digits)
+  second = Simulation.from_config(config, digits)
   second.restore(first.state())
   records += [r for rr in second for r in rr]
   assert [(r.worker, r.local_updates, r.staleness) for r in records] == [
@@ -313,13 +314,13 @@ def test_the_planner_follows_the_measured_step_times():
   assert planner.plan(meta(2, 1.0, 8)) == WindowPlan(0, 8)  # Not measured.
 
 
-def _slowed_run(tmp_path, monkeypatch, run):
+def _slowed_run(tmp_path, run):
   """A real run of 2 workers in which worker 1 sleeps 10 ms a local step.
 
   A digits step of this MLP takes well under 1 ms: worker 1's windows
-  shrink to 1 or 2 steps, worker 0 keeps λ = 8.
+  shrink to 1 or 2 steps, worker 0 keeps λ = 8. `run(config, faults)`
+  trains.
   """
-  monkeypatch.setenv("AGN_JAX_SLOW", "worker=1:seconds=0.01")
   lam, batch = 8, 8
   config = TrainConfig(strategy="agn", num_workers=2, communication_window=lam,
                        dataset="digits", hidden_sizes=(16,), batch_size=batch,
@@ -327,7 +328,7 @@ def _slowed_run(tmp_path, monkeypatch, run):
                        dynamic_local_updates=True,
                        workdir=str(tmp_path / "run"),
                        options=ProcessesOptions(cache_dir="")).resolved()
-  summary = run(config)
+  summary = run(config, Faults(slowdown=Slowdown(worker=1, seconds=0.01)))
   assert summary["completed"] and summary["expected_commits"] is None
   assert summary["local_updates"][0] == lam
   assert summary["local_updates"][1] in (1, 2)
@@ -347,11 +348,10 @@ def _slowed_run(tmp_path, monkeypatch, run):
   assert all(len(r["step_accuracy"]) == r["local_updates"] for r in commits)
 
 
-def test_real_loops_give_a_slowed_worker_a_shorter_window(tmp_path,
-                                                          monkeypatch):
+def test_real_loops_give_a_slowed_worker_a_shorter_window(tmp_path):
   """The server, workers and evaluator as threads (`helpers.train_in_process`)."""
-  _slowed_run(tmp_path, monkeypatch,
-              lambda config: train_in_process(config)[0])
+  _slowed_run(tmp_path,
+              lambda config, faults: train_in_process(config, faults)[0])
 
 
 # soak: test_real_loops_give_a_slowed_worker_a_shorter_window covers the
@@ -359,26 +359,25 @@ def test_real_loops_give_a_slowed_worker_a_shorter_window(tmp_path,
 # worker loops (as threads), in the suite.
 @pytest.mark.slow
 @pytest.mark.soak
-def test_real_processes_give_a_slowed_worker_a_shorter_window(tmp_path,
-                                                              monkeypatch):
-  _slowed_run(tmp_path, monkeypatch, train)
+def test_real_processes_give_a_slowed_worker_a_shorter_window(tmp_path):
+  _slowed_run(tmp_path,
+              lambda config, faults: train(config, faults=faults))
 
 
 @pytest.mark.slow
-def test_real_loops_resume_each_worker_at_its_local_steps(tmp_path,
-                                                          monkeypatch):
+def test_real_loops_resume_each_worker_at_its_local_steps(tmp_path):
   # The server's checkpoint holds each worker's local steps; resumed with
   # more epochs, each worker goes on from there to its new share.
-  monkeypatch.setenv("AGN_JAX_SLOW", "worker=1:seconds=0.005")
+  slow = Faults(slowdown=Slowdown(worker=1, seconds=0.005))
   config = TrainConfig(strategy="agn", num_workers=2, communication_window=8,
                        dataset="digits", hidden_sizes=(16,), batch_size=8,
                        epochs=0.5, eval_every_seconds=0.0,
                        dynamic_local_updates=True,
                        workdir=str(tmp_path / "run"),
                        options=ProcessesOptions(cache_dir="")).resolved()
-  train_in_process(config)
+  train_in_process(config, slow)
   summary, _, _ = train_in_process(
-      dataclasses.replace(config, epochs=1.0, resume=True))
+      dataclasses.replace(config, epochs=1.0, resume=True), slow)
   assert summary["completed"]
   share = windows_per_worker(len(load("digits", seed=0).x_train), 2, 1.0, 8,
                              8) * 8

@@ -20,8 +20,8 @@ from agn_jax import TrainConfig, flat, get_strategy, models, strategies
 from agn_jax.config import ProcessesOptions, SimulatedOptions
 from agn_jax.data.dataset import make_dataset
 from agn_jax.runtime import train
+from agn_jax.runtime.backends.inprocess import InProcessBackend
 from agn_jax.runtime.bookkeeping import RunBook
-from agn_jax.runtime.inprocess import InProcessBackend
 from agn_jax.shares import shard_bounds
 from fifth_strategy import NAME
 from helpers import metrics_rows

@@ -19,9 +19,9 @@ from absl import flags
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.backend.event_processing import event_multiplexer
 
+from agn_jax import metric_writers
 from agn_jax.config import TrainConfig
 from agn_jax.runtime import events as ev
-from agn_jax.runtime import metric_writers
 from agn_jax.runtime.bookkeeping import RunBook
 from experiments import flags as flags_lib
 from experiments import sweep

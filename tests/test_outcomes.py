@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agn_jax import TrainConfig
-from agn_jax.runtime import NothingToDo, RunError, train
+from agn_jax.runtime import Fault, Faults, NothingToDo, RunError, train
 from helpers import assert_nothing_left, metrics_rows, snapshot
 
 # Real processes, Ray or CLI subprocesses: `-m "not slow"` leaves them out.
@@ -28,14 +28,13 @@ def _config(tmp_path, **overrides):
 
 
 @pytest.mark.parametrize("strategy", ["agn", "aeasgd"])
-def test_a_worker_recovers_after_a_non_finite_window(tmp_path, monkeypatch,
-                                                     strategy):
+def test_a_worker_recovers_after_a_non_finite_window(tmp_path, strategy):
   # Worker 1's parameters turn non-finite before its window 2, as after a
   # non-finite gradient: its Adam moments (agn) or its never-reset elastic
   # parameters (aeasgd) would make every later commit non-finite too, unless
   # the worker starts afresh from the center.
-  monkeypatch.setenv("AGN_JAX_FAULT", "nan:worker=1:window=2")
-  summary = train(_config(tmp_path, strategy=strategy))
+  summary = train(_config(tmp_path, strategy=strategy),
+                  faults=Faults(fault=Fault("nan", worker=1, window=2)))
   windows = summary["expected_commits"] // 2
   assert windows >= 5
   assert summary["rejected_commits"] == 1
@@ -98,11 +97,11 @@ def test_a_killed_server_fails_the_run_and_its_summary_says_so(tmp_path):
   assert_nothing_left(tmp_path / "run")
 
 
-def test_a_run_that_never_began_training_says_so(tmp_path, monkeypatch):
+def test_a_run_that_never_began_training_says_so(tmp_path):
   # Its only worker fails before its first commit, with no restart allowed.
-  monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=0:window=0")
   with pytest.raises(RunError, match="no restarts left") as error:
-    train(_config(tmp_path, num_workers=1, max_worker_restarts=0))
+    train(_config(tmp_path, num_workers=1, max_worker_restarts=0),
+          faults=Faults(fault=Fault("raise", worker=0, window=0)))
   summary = _summary(tmp_path)
   assert summary["outcome"] == "failed"
   assert summary["failure"] == str(error.value)

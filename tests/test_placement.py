@@ -2,7 +2,7 @@
 
 import pytest
 
-from agn_jax.runtime import placement
+from agn_jax import placement
 
 
 def test_cpu_more_workers_than_cores_pins_one_core_one_thread_round_robin():

@@ -22,12 +22,13 @@ import psutil
 import pytest
 import ray
 
+from agn_jax import placement
 from agn_jax import TrainConfig, checkpoint, data
-from agn_jax.runtime import placement, train
+from agn_jax.runtime import train
+from agn_jax.runtime.backends.ray import check_address
 from agn_jax.runtime.events import WorkerDone
-from agn_jax.runtime.ray_backend import check_address
-from agn_jax.runtime.ray_transport import RayTransport
-from agn_jax.runtime.transport import CommitMeta
+from agn_jax.runtime.transports.base import CommitMeta
+from agn_jax.runtime.transports.ray import RayTransport
 from helpers import (assert_one_line_error, metrics_rows, run_cli,
                      train_with_two_failures)
 

@@ -21,7 +21,7 @@ import pytest
 
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.errors import CheckpointError
-from agn_jax.runtime import RunError, train
+from agn_jax.runtime import Fault, Faults, RunError, train
 from helpers import (assert_nothing_left, assert_one_line_error,
                      metrics_rows, run_cli, snapshot, train_here,
                      train_with_two_failures)
@@ -97,11 +97,12 @@ def test_killed_run_leaves_nothing_behind(killed_run):
   assert_nothing_left(killed_run[1])
 
 
-def test_failures_past_the_restart_budget_end_the_run(tmp_path, monkeypatch):
+def test_failures_past_the_restart_budget_end_the_run(tmp_path):
   # The fault strikes again in the restarted process: 2 deaths, 1 restart.
-  monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=1:window=2:incarnations=2")
   with pytest.raises(RunError) as e:
-    train(_config(tmp_path, max_worker_restarts=1, epochs=200.0))
+    train(_config(tmp_path, max_worker_restarts=1, epochs=200.0),
+          faults=Faults(fault=Fault("raise", worker=1, window=2,
+                                    incarnations=2)))
   message = str(e.value)
   assert "\n" not in message
   assert message.startswith("worker 1 failed: RuntimeError: injected fault")

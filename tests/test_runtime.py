@@ -16,7 +16,7 @@ import pytest
 
 from agn_jax import TrainConfig, build, checkpoint, data
 from agn_jax.config import ProcessesOptions
-from agn_jax.runtime import RunError, train
+from agn_jax.runtime import Fault, Faults, RunError, train
 from agn_jax.shares import BatchSampler
 from helpers import assert_nothing_left, train_in_process
 
@@ -175,11 +175,10 @@ def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
 # worker that goes on committing, on the same processes, in the suite.
 @slow
 @pytest.mark.soak
-def test_non_finite_commit_is_rejected_and_training_goes_on(
-    tmp_path, monkeypatch):
-  monkeypatch.setenv("AGN_JAX_FAULT", "nan:worker=1:window=1")
+def test_non_finite_commit_is_rejected_and_training_goes_on(tmp_path):
   summary = train(_config(tmp_path, num_workers=2, hidden_sizes=(16,),
-                          epochs=3.0))
+                          epochs=3.0),
+                  faults=Faults(fault=Fault("nan", worker=1, window=1)))
   assert summary["rejected_commits"] == 1
   assert summary["num_commits"] == sum(summary["worker_commits"]) - 1
   assert summary["commits_acknowledged"] == sum(summary["worker_commits"])
@@ -204,13 +203,13 @@ def test_non_finite_commit_is_rejected_and_training_goes_on(
 @slow
 @pytest.mark.soak
 def test_exception_in_a_worker_without_restarts_ends_the_run_cleanly(
-    tmp_path, monkeypatch):
-  monkeypatch.setenv("AGN_JAX_FAULT", "raise:worker=1:window=3")
+    tmp_path):
   with pytest.raises(RunError, match=r"^worker 1 failed: RuntimeError: "
                      r"injected fault .*no restarts left "
                      r"\(--max_worker_restarts=0\)$"):
     train(_config(tmp_path, num_workers=2, hidden_sizes=(16,), epochs=50.0,
-                  max_worker_restarts=0))
+                  max_worker_restarts=0),
+          faults=Faults(fault=Fault("raise", worker=1, window=3)))
   assert_nothing_left(tmp_path / "run")
 
 
@@ -247,7 +246,6 @@ def test_signal_to_the_launcher_ends_every_process(tmp_path, signum):
   script.write_text(_INTERRUPTIBLE)
   workdir = tmp_path / "run"
   env = dict(os.environ, PYTHONPATH=str(REPO))
-  env.pop("AGN_JAX_FAULT", None)
   launcher = subprocess.Popen([sys.executable, str(script), str(workdir)],
                               env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)

@@ -248,14 +248,14 @@ def test_paper_cluster_counts_modeled_seconds(tmp_path):
 
 
 def test_this_host_reads_its_cached_measurement(tmp_path, monkeypatch):
-  # A measurement of this machine (`agn_jax.runtime.calibration`, run by
+  # A measurement of this machine (`agn_jax.runtime.backends.calibration`, run by
   # scripts/calibrate_simulator.py) is cached by the run's shapes; here the
   # cache holds explicit numbers, so nothing is measured: a step of 2 ms, a
   # commit of 3 ms and a pull of 4 ms whose bytes take 1 ms each at the
   # measured copy rate (so a message is 2.5 ms of latency and 1 ms of
   # bytes: 3.5 ms, the same 7 ms for both), an apply of 5 ms.
   from agn_jax.data import load_digits
-  from agn_jax.runtime import calibration
+  from agn_jax.runtime.backends import calibration
   monkeypatch.setenv("HOME", str(tmp_path))
   config = _config(tmp_path, num_workers=2, hidden_sizes=(16,), epochs=0.5,
                    cluster="this_host")

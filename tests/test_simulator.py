@@ -24,12 +24,12 @@ import optax
 import pytest
 
 from agn_jax import TrainConfig, build, get_strategy
-from agn_jax.cluster import TimeModel
 from agn_jax.config import SimulatedOptions
 from agn_jax.data import load_synthetic
 from agn_jax.errors import Diverged
 from agn_jax.shares import BatchSampler, shard_bounds
-from agn_jax.simulator import Simulation
+from agn_jax.sim.clock import TimeModel
+from agn_jax.sim.simulation import Simulation
 
 import strategy_reference as ref
 
@@ -86,7 +86,7 @@ def _reference_dataset(windows_per_worker=4):
 
 
 def _quadratic_sim(strategy, num_workers, x, epochs=1.0, **kwargs):
-  return Simulation.from_parts(
+  return Simulation(
       strategy, _quadratic_loss, _split(ref.initial_center()), x,
       np.zeros(len(x), np.int32), num_workers=num_workers, batch_size=1,
       epochs=epochs, seed=0, **kwargs)
@@ -176,7 +176,7 @@ class OneWorkerTest(absltest.TestCase):
     config = _tiny_config(num_workers=1, communication_window=lam,
                           batch_size=batch, epochs=0.3, learning_rate=lr)
     ds = load_synthetic(size=200, seed=0)
-    sim = Simulation(config, ds)
+    sim = Simulation.from_config(config, ds)
     self.assertEqual(sim.num_windows, 4)
 
     # The reference: optax.lookahead on the same model, init and batches.
@@ -279,7 +279,7 @@ class CommitOrderTest(parameterized.TestCase):
 
 
 class ClockTest(absltest.TestCase):
-  """The time model's schedule drives the numerics (agn_jax.cluster)."""
+  """The time model's schedule drives the numerics (agn_jax.sim.schedule)."""
 
   def test_round_robin_through_a_fifo_server(self):
     # Constant speeds, a window of λ = 2 steps of 0.5 s, a commit of 0.1 s,
@@ -325,10 +325,10 @@ class ClockTest(absltest.TestCase):
     staleness = [r.staleness for r in records]
     self.assertGreater(max(staleness), 2 * n - 2)
     # The server's staleness is the one the order implies.
-    from agn_jax import cluster  # pylint: disable=g-import-not-at-top
-    order = [cluster.ScheduledCommit(r.worker, r.window, 0, 0, 0, 0)
+    from agn_jax.sim import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
+    order = [schedule_lib.ScheduledCommit(r.worker, r.window, 0, 0, 0, 0)
              for r in records]
-    self.assertEqual(staleness, cluster.staleness_of(order, n))
+    self.assertEqual(staleness, schedule_lib.staleness_of(order, n))
     times = [r.simulated_time for r in records]
     self.assertEqual(times, sorted(times))
 
@@ -419,9 +419,9 @@ class CompiledRoundTest(parameterized.TestCase):
     # Writing an unchanged stacked leaf back in the commit loop makes XLA
     # copy that leaf of all n workers on every commit.
     n = 3  # No other dimension of this model is 3.
-    sim = Simulation(_tiny_config(strategy=strategy, num_workers=n,
-                                  hidden_sizes=(8,)),
-                     load_synthetic(size=200, seed=0, dim=5))
+    sim = Simulation.from_config(
+        _tiny_config(strategy=strategy, num_workers=n, hidden_sizes=(8,)),
+        load_synthetic(size=200, seed=0, dim=5))
     hlo = sim.lower_round().compile().as_text()
     stacked = re.findall(rf"= f32\[{n},[0-9,]*\]\S* copy\(", hlo)
     self.assertEqual(stacked, [])
@@ -437,7 +437,7 @@ class DeterminismTest(absltest.TestCase):
     config = _tiny_config(strategy="adag", num_workers=3,
                           backend="simulated",
                           options=SimulatedOptions(speed_model="random:0.5"))
-    full = Simulation(config, ds)
+    full = Simulation.from_config(config, ds)
     full_records = _run(full)
     self.assertGreater(len(full_records), 9)
     for r in full_records:  # λ = 2 steps of batch 4 each.
@@ -448,12 +448,12 @@ class DeterminismTest(absltest.TestCase):
               for i in range(0, len(full_records), 3)}
     self.assertGreater(len(orders), 1)  # Really random.
 
-    first = Simulation(config, ds)
+    first = Simulation.from_config(config, ds)
     records = first.run_round() + first.run_round()
     saved = first.state()
     saved["meta"] = json.loads(json.dumps(saved["meta"]))
     saved["arrays"] = jax.tree.leaves(saved["arrays"])  # As a checkpoint.
-    second = Simulation(config, ds)
+    second = Simulation.from_config(config, ds)
     second.restore(saved)
     records += _run(second)
     self.assertEqual(records, full_records)  # Bit for bit.
@@ -463,7 +463,7 @@ class DeterminismTest(absltest.TestCase):
     self.assertTrue(np.isfinite(loss) and 0 <= accuracy <= 1)
 
     with self.assertRaisesRegex(ValueError, "speed_model random:0.5"):
-      Simulation(_tiny_config(strategy="adag"), ds).restore(saved)
+      Simulation.from_config(_tiny_config(strategy="adag"), ds).restore(saved)
 
 
 _SHARDED = textwrap.dedent("""
@@ -473,7 +473,8 @@ _SHARDED = textwrap.dedent("""
     from jax.sharding import Mesh
     from agn_jax.config import SimulatedOptions, TrainConfig
     from agn_jax.data import load_synthetic
-    from agn_jax.simulator import Simulation, default_mesh
+    from agn_jax.sim.engine import default_mesh
+    from agn_jax.sim.simulation import Simulation
 
     ds = load_synthetic(size=600, seed=0)
     out = {"devices": jax.local_device_count()}
@@ -486,7 +487,7 @@ _SHARDED = textwrap.dedent("""
                                speed_model=speeds, workers_per_call=k))
       runs = []
       for mesh in (None, Mesh(np.array(jax.devices()[:1]), ("workers",))):
-        sim = Simulation(config, ds, mesh=mesh)
+        sim = Simulation.from_config(config, ds, mesh=mesh)
         records = [list(r) for rs in sim for r in rs]
         runs.append({"info": sim.info, "records": records,
                      "center": sim.center().tolist(),

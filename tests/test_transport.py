@@ -8,9 +8,9 @@ import multiprocess
 import numpy as np
 import pytest
 
-from agn_jax.runtime import shm
-from agn_jax.runtime.transport import (CommitHeader, CommitMeta,
-                                       SharedMemoryTransport)
+from agn_jax.runtime.transports import shm
+from agn_jax.runtime.transports.base import CommitHeader, CommitMeta
+from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 
 NUM_PARAMS = 200_000  # Big enough that a copy takes a while.
 

@@ -17,13 +17,13 @@ import multiprocess
 import numpy as np
 import pytest
 
-from agn_jax.runtime import _child
-from agn_jax.runtime import channels
 from agn_jax.runtime import events as ev
-from agn_jax.runtime import inprocess
-from agn_jax.runtime import shm
-from agn_jax.runtime.transport import (CommitMeta, SharedMemoryTransport,
-                                       WindowPlan)
+from agn_jax.runtime.backends import processes
+from agn_jax.runtime.transports import channels
+from agn_jax.runtime.transports import inprocess
+from agn_jax.runtime.transports import shm
+from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
+from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 
 
 P = 30_000  # 120 kB: Ray moves such arrays through its object store.
@@ -75,12 +75,12 @@ def _shm_kit(cleanup):
   def events():
     channel = ctx.Queue()
     cleanup.append(lambda: (channel.cancel_join_thread(), channel.close()))
-    return _child.QueueEvents(channel), lambda: channel.get(timeout=10)
+    return processes.QueueEvents(channel), lambda: channel.get(timeout=10)
 
   def replies():
     reader, writer = ctx.Pipe(duplex=False)
     cleanup.append(lambda: (reader.close(), writer.close()))
-    return _child.PipeReplies(reader), writer.send
+    return processes.PipeReplies(reader), writer.send
 
   def elsewhere(fn, *args):
     process = ctx.Process(target=_exit_with, args=(fn, *args), daemon=True)
@@ -121,7 +121,7 @@ def _inprocess_kit(cleanup):
 
 def _ray_kit(cleanup):
   import ray  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import ray_transport  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.transports import ray as ray_transport  # pylint: disable=g-import-not-at-top
   # tests/ is no package: Ray ships this module's functions by value.
   ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -165,7 +165,7 @@ def _ray_kit(cleanup):
 @pytest.fixture(scope="module")
 def ray_instance():
   ray = pytest.importorskip("ray")
-  from agn_jax.runtime import placement  # pylint: disable=g-import-not-at-top
+  from agn_jax import placement  # pylint: disable=g-import-not-at-top
   old_term = signal.getsignal(signal.SIGTERM)
   ray.init(num_cpus=len(placement.available_cores()), include_dashboard=False,
            log_to_driver=False, configure_logging=False)

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
+from agn_jax import workdir as workdir_lib
 from agn_jax.errors import WorkdirBusy, WorkdirError
-from agn_jax.runtime import workdir as workdir_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,7 +19,7 @@ _HOLDER = textwrap.dedent(f"""
     import os, sys
     sys.path.insert(0, {ROOT!r})
     from agn_jax.errors import WorkdirBusy
-    from agn_jax.runtime import workdir
+    from agn_jax import workdir
     try:
       lock = workdir.lock_workdir(sys.argv[1], create=True,
                                   owner="holder " + sys.argv[2])
@@ -205,7 +205,7 @@ def test_default_names_never_collide(tmp_path):
            for _ in range(50)}
   assert len(names) == 50
   script = (f"import sys; sys.path.insert(0, {ROOT!r}); "
-            "from agn_jax.runtime import workdir; "
+            "from agn_jax import workdir; "
             f"print(workdir.unique_default_workdir({str(tmp_path)!r}, 's'))")
   procs = [subprocess.Popen([sys.executable, "-c", script],
                             stdout=subprocess.PIPE, text=True)
@@ -231,7 +231,7 @@ def test_a_dead_runs_segments_and_semaphores_are_unlinked_a_live_ones_not(
     tmp_path):
   import multiprocess  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime import backend  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import shm  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.transports import shm  # pylint: disable=g-import-not-at-top
   segment = shm.Segment.create(64, track=False)
   semaphore = multiprocess.get_context("spawn").Semaphore(0)
   (sem_name,) = shm.semaphore_names(semaphore)

@@ -1,23 +1,28 @@
 """The runtime: `train(config)` on a backend (processes, simulated, ray), with shared books.
 
-`backend.Backend` is the seam a backend implements (supervision; the
-processes and Ray backends share `backend.ServerBackend`);
-`transport.Transport` and `channels` are what the server, the workers and
-the evaluator need from it; `bookkeeping.RunBook` writes the run's files the
-same way for every backend.
+The shared loops and books sit at the top: `server`, `worker`, `evaluator`
+(the parts), `context.RunContext` (what each part is handed), `backend`
+(the `Backend` seam and `ServerBackend`, the one supervisor), `events` and
+`bookkeeping.RunBook` (one record of a run for every backend), `launcher`
+(`train`). `transports/` holds what the parts talk through (the
+`Transport` interface and its channels; shared memory, Ray, threads);
+`backends/` what differs between the backends (processes, ray, simulated,
+and the threads backend for tests).
 """
 
 from agn_jax.errors import (NothingToDo, RunError, Terminated, WorkdirBusy,
                             WorkdirError)
+from agn_jax.placement import Placement, host_placement, worker_placement
+from agn_jax.runtime.context import Fault, Faults, Slowdown
 from agn_jax.runtime.events import WorkerDone
 from agn_jax.runtime.launcher import train
-from agn_jax.runtime.placement import Placement, host_placement, worker_placement
-from agn_jax.runtime.transport import (Commit, CommitHeader, CommitMeta,
-                                       SharedMemoryTransport, Transport)
+from agn_jax.runtime.transports.base import (Commit, CommitHeader, CommitMeta,
+                                             Transport)
+from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 
 __all__ = [
-    "Commit", "CommitHeader", "CommitMeta", "NothingToDo", "Placement",
-    "RunError", "SharedMemoryTransport", "Terminated", "Transport",
+    "Commit", "CommitHeader", "CommitMeta", "Fault", "Faults", "NothingToDo",
+    "Placement", "RunError", "SharedMemoryTransport", "Slowdown", "Terminated", "Transport",
     "WorkdirBusy", "WorkdirError", "WorkerDone", "host_placement", "train",
     "worker_placement",
 ]

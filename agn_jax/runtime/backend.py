@@ -23,19 +23,19 @@ import numpy as np
 
 from agn_jax.config import TrainConfig
 from agn_jax.errors import RunError, Terminated
-from agn_jax.runtime import _child
+from agn_jax.runtime import context
 from agn_jax.runtime import evaluator
 from agn_jax.runtime import events as ev
 from agn_jax.runtime import server
 from agn_jax.runtime import worker
-from agn_jax.runtime import shm
 from agn_jax.runtime.bookkeeping import read_json, write_json
+from agn_jax.runtime.transports import shm
 
 # name -> "module:Class", imported on first use (Ray is an optional install).
 BACKENDS = {
-    "processes": "agn_jax.runtime.processes:ProcessesBackend",
-    "simulated": "agn_jax.runtime.simulated:SimulatedBackend",
-    "ray": "agn_jax.runtime.ray_backend:RayBackend",
+    "processes": "agn_jax.runtime.backends.processes:ProcessesBackend",
+    "simulated": "agn_jax.runtime.backends.simulated:SimulatedBackend",
+    "ray": "agn_jax.runtime.backends.ray:RayBackend",
 }
 
 
@@ -101,7 +101,7 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
         f"{config.communication_window * config.batch_size})")
   model, _ = build.build_model(config, dataset.num_classes,
                                dataset.input_shape)
-  layout = _child.param_layout(model, config, dataset.input_shape)
+  layout = context.param_layout(model, config, dataset.input_shape)
   strategy = build.build_strategy(config)
   if config.resume:
     # Before anything is written: the checkpoint's metadata, its run and its
@@ -164,13 +164,17 @@ class Backend(abc.ABC):
   Args:
     config: the resolved config.
     book: the run's books; every event goes to `book.handle`.
+    faults: what a test injects into the workers (`context.Faults`; a
+      backend without worker loops, the simulated one, has none to inject).
   """
 
   name: str = ""
 
-  def __init__(self, config: TrainConfig, book):
+  def __init__(self, config: TrainConfig, book,
+               faults: context.Faults = context.Faults()):
     self.config = config
     self.book = book
+    self.faults = faults
 
   @abc.abstractmethod
   def prepare(self, dataset=None) -> None:
@@ -220,7 +224,7 @@ GRACE_SECONDS = 1.5  # The parts poll the abort switch at least every 0.2 s.
 
 def cache_dir_default() -> str:
   """The persistent compilation cache: `$AGN_JAX_CACHE_DIR` or ~/.cache/agn_jax/jax_cache."""
-  return os.environ.get("AGN_JAX_CACHE_DIR", _child.DEFAULT_CACHE_DIR)
+  return os.environ.get("AGN_JAX_CACHE_DIR", context.DEFAULT_CACHE_DIR)
 
 
 def dataset_arrays(dataset) -> Dict[str, np.ndarray]:
@@ -244,7 +248,7 @@ def run_part(ctx, role: str, replies=None, resume: bool = False,
   """Runs a part's loop in this process, whatever holds it: a spawned process, a Ray actor or a thread.
 
   Args:
-    ctx: the run's `_child.RunContext`, with the part's own events channel.
+    ctx: the run's `context.RunContext`, with the part's own events channel.
     role: "server", "evaluator" or "worker {w}".
     replies: the server's `channels.Replies`.
     resume: the server restores the newest checkpoint first.
@@ -349,8 +353,8 @@ class ServerBackend(Backend):
   poll_seconds = 0.1  # The longest the supervisor waits between two looks.
   parent_pid: Optional[int] = None  # `RunContext.parent_pid` of the parts.
 
-  def __init__(self, config, book):
-    super().__init__(config, book)
+  def __init__(self, config, book, faults=context.Faults()):
+    super().__init__(config, book, faults)
     options = config.options
     self.num_slots = options.num_slots
     self.cache_dir = (cache_dir_default() if options.cache_dir is None else
@@ -427,13 +431,14 @@ class ServerBackend(Backend):
     book.extra_summary["num_slots"] = slots
     self._set_up(the_plan, slots, dataset)
     self.incarnations = {w: 0 for w in range(config.num_workers)}
-    self.ctx = _child.RunContext(
+    self.ctx = context.RunContext(
         config=config.to_dict(), data=self.data, transport=self.transport,
         events=self.events, switches=self.switches,
         layout=the_plan.layout.metadata(),
         num_classes=the_plan.dataset.num_classes,
         input_shape=tuple(the_plan.dataset.input_shape),
-        cache_dir=self.cache_dir, parent_pid=self.parent_pid)
+        cache_dir=self.cache_dir, parent_pid=self.parent_pid,
+        faults=self.faults)
     if not config.resume:
       book.open()
 

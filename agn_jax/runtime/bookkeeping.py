@@ -22,10 +22,10 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from agn_jax import metric_writers
 from agn_jax.config import TrainConfig
 from agn_jax.errors import CheckpointError, RunError
 from agn_jax.runtime import events as ev
-from agn_jax.runtime import metric_writers
 
 Progress = Callable[[Dict[str, object]], None]
 
@@ -105,7 +105,7 @@ def write_json(path, obj):
   Raises:
     RunError: the file cannot be written (`cannot_write`: a full disk, ...).
   """
-  from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from agn_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   path = pathlib.Path(path)
   try:
     workdir_lib.write_atomic(str(path.parent), path.name,
@@ -225,7 +225,7 @@ class RunBook:
                          e) from None
 
   def _open(self, metrics_offset):
-    from agn_jax.runtime import workdir as workdir_lib
+    from agn_jax import workdir as workdir_lib
     self.workdir.mkdir(parents=True, exist_ok=True)
     workdir_lib.check_no_symlinks(self.workdir)
     path = self.workdir / "metrics.jsonl"
@@ -285,7 +285,7 @@ class RunBook:
 
   def save_center(self, center: np.ndarray) -> None:
     """Writes the final center as `center.npy` (flat float32; load with `allow_pickle=False`)."""
-    from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from agn_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     try:
       with workdir_lib.safe_open(self.workdir, "center.npy", "wb") as f:
         np.save(f, center, allow_pickle=False)
@@ -439,7 +439,7 @@ class RunBook:
 
   def log_error(self, text: str) -> None:
     """Appends `text` to error.log; raises `RunError` if it cannot be written."""
-    from agn_jax.runtime import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    from agn_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     try:
       with workdir_lib.safe_open(self.workdir, "error.log", "a") as f:
         f.write(text.rstrip("\n") + "\n")

@@ -8,11 +8,11 @@ import time
 
 import numpy as np
 
-from agn_jax.runtime import _child
+from agn_jax.runtime import context
 from agn_jax.runtime import events
 
 
-def run_evaluator(ctx: _child.RunContext) -> bool:
+def run_evaluator(ctx: context.RunContext) -> bool:
   """Runs the evaluator loop in this process until the final evaluation (any backend).
 
   Returns:
@@ -21,7 +21,7 @@ def run_evaluator(ctx: _child.RunContext) -> bool:
   try:
     _evaluate_loop(ctx)
   except BaseException as e:  # pylint: disable=broad-except
-    _child.report_failure(ctx, "evaluator", e)
+    context.report_failure(ctx, "evaluator", e)
     return False
   finally:
     ctx.events.flush()
@@ -29,9 +29,9 @@ def run_evaluator(ctx: _child.RunContext) -> bool:
 
 
 def _evaluate_loop(ctx):
-  jax = _child.configure_jax(ctx.cache_dir)
+  jax = context.configure_jax(ctx.cache_dir)
   from agn_jax import models
-  config, _, model, _, layout = _child.build_parts(ctx)
+  config, _, model, _, layout = context.build_parts(ctx)
   arrays = ctx.data.arrays()
   x_test, y_test = arrays["x_test"], arrays["y_test"]
   unravel = jax.jit(layout.unravel)
@@ -57,7 +57,7 @@ def _evaluate_loop(ctx):
     if ctx.switches.wait("final", min(wait, 0.5)):
       evaluate(True)
       return
-    if not _child.parent_alive(ctx) or ctx.switches.is_set("abort"):
+    if not context.parent_alive(ctx) or ctx.switches.is_set("abort"):
       return
     if period > 0 and time.monotonic() >= next_time:
       evaluate(False)

@@ -14,12 +14,13 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
+from agn_jax import workdir as workdir_lib
 from agn_jax.config import TrainConfig
 from agn_jax.errors import NothingToDo, RunError, Terminated, WorkdirError
 from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime import workdir as workdir_lib
 from agn_jax.runtime.bookkeeping import (RunBook, completed_summary,
                                          resume_error)
+from agn_jax.runtime.context import Faults
 
 Progress = Callable[[Dict[str, object]], None]
 
@@ -59,7 +60,8 @@ def _check_resume(config: TrainConfig) -> None:
 def train(config: TrainConfig,
           progress: Optional[Progress] = None,
           *,
-          dataset=None) -> Dict[str, object]:
+          dataset=None,
+          faults: Optional[Faults] = None) -> Dict[str, object]:
   """Trains `config.num_workers` asynchronous workers around a center on `config.backend`.
 
   Writes `config.json`, `metrics.jsonl`, `summary.json`, `center.npy` and
@@ -104,6 +106,10 @@ def train(config: TrainConfig,
       (the dicts written to metrics.jsonl), e.g. to drive a progress bar.
     dataset: an `agn_jax.data.Dataset` to train on instead of loading
       `config.dataset` (e.g. synthetic data of another dimension).
+    faults: for tests, the faults to inject into the workers
+      (`agn_jax.runtime.context.Faults`: a worker that raises, dies or
+      turns non-finite at a given window, or one that is slower); it
+      travels to them in the `RunContext`. None: none.
 
   Returns:
     The summary (also written to summary.json).
@@ -139,7 +145,8 @@ def train(config: TrainConfig,
           f"workdir {config.workdir} holds another run's results; resume it "
           f"(--resume) or choose another workdir")
     book = RunBook(config, progress, config.backend)
-    run = backend_lib.backend_class(config.backend)(config, book)
+    run = backend_lib.backend_class(config.backend)(
+        config, book, faults=faults or Faults())
     in_main_thread = threading.current_thread() is threading.main_thread()
     old_term = (signal.signal(signal.SIGTERM, _raise_interrupt)
                 if in_main_thread else None)

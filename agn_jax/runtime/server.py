@@ -15,11 +15,11 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from agn_jax.errors import CheckpointError
-from agn_jax.runtime import _child
-from agn_jax.runtime import events
-from agn_jax.runtime.transport import CommitMeta, WindowPlan
 from agn_jax import shares
+from agn_jax.errors import CheckpointError
+from agn_jax.runtime import context
+from agn_jax.runtime import events
+from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
 from agn_jax.shares import local_updates
 
 _POLL_SECONDS = 0.2
@@ -98,7 +98,7 @@ class WindowPlanner:
     return WindowPlan(planned[workers.index(w)], self.steps_done[w])
 
 
-def serve(ctx: _child.RunContext, replies, resume: bool = False) -> bool:
+def serve(ctx: context.RunContext, replies, resume: bool = False) -> bool:
   """Runs the server loop in this process until every worker is done (any backend).
 
   Args:
@@ -112,7 +112,7 @@ def serve(ctx: _child.RunContext, replies, resume: bool = False) -> bool:
   try:
     _Server(ctx, replies).serve(resume)
   except BaseException as e:  # pylint: disable=broad-except
-    _child.report_failure(ctx, "server", e)
+    context.report_failure(ctx, "server", e)
     return False
   finally:
     ctx.events.flush()
@@ -128,7 +128,7 @@ class _Server:
     self.transport = ctx.transport
 
   def _leaving(self) -> bool:
-    return not _child.parent_alive(self.ctx) or self.ctx.switches.is_set("abort")
+    return not context.parent_alive(self.ctx) or self.ctx.switches.is_set("abort")
 
   def _restore(self, template_state):
     """The newest checkpoint, checked against this run; None after reporting why not."""
@@ -150,11 +150,11 @@ class _Server:
     return ckpt, state
 
   def serve(self, resume: bool) -> None:
-    jax = _child.configure_jax(self.ctx.cache_dir)
+    jax = context.configure_jax(self.ctx.cache_dir)
     import jax.numpy as jnp
     from agn_jax import build, checkpoint
     ctx, transport = self.ctx, self.transport
-    config, strategy, model, _, layout = _child.build_parts(ctx)
+    config, strategy, model, _, layout = context.build_parts(ctx)
     self.layout = layout
     self.checkpoint_dir = os.path.join(config.workdir, "checkpoints")
     input_dim = int(np.prod(ctx.input_shape))

@@ -20,9 +20,9 @@ import numpy as np
 
 from agn_jax import shares
 from agn_jax.errors import check_rejected_in_a_row
-from agn_jax.runtime import _child
+from agn_jax.runtime import context
 from agn_jax.runtime import events
-from agn_jax.runtime.transport import CommitMeta, WindowPlan
+from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
 from agn_jax.shares import shard_bounds, windows_per_worker
 
 _POLL_SECONDS = 0.1
@@ -75,7 +75,7 @@ def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
       begin=jax.jit(strategy.begin_window, donate_argnums=0))
 
 
-def run_worker(ctx: _child.RunContext, index: int, incarnation: int = 0,
+def run_worker(ctx: context.RunContext, index: int, incarnation: int = 0,
                entered: Optional[float] = None) -> bool:
   """Runs worker `index`'s loop in this process until its share is done (any backend).
 
@@ -85,7 +85,7 @@ def run_worker(ctx: _child.RunContext, index: int, incarnation: int = 0,
   try:
     _Worker(ctx, index, incarnation, entered or time.time()).run()
   except BaseException as e:  # pylint: disable=broad-except
-    _child.report_failure(ctx, f"worker {index}", e)
+    context.report_failure(ctx, f"worker {index}", e)
     return False
   finally:
     ctx.events.flush()
@@ -124,19 +124,15 @@ class _Worker:
     self.incarnation = incarnation
     self.switches = ctx.switches
     self.transport = ctx.transport
-    fault = _child.parse_fault(os.environ.get("AGN_JAX_FAULT"))
-    if fault is not None and (fault.worker != index or
-                              incarnation >= fault.incarnations):
-      fault = None
-    self.fault = fault
-    slow = _child.parse_slowdown(os.environ.get("AGN_JAX_SLOW"))
-    self.slowdown = slow.seconds if slow and slow.worker == index else 0.0
+    # What a test injects (`context.Faults`); nothing in a production run.
+    self.fault = ctx.faults.fault_for(index, incarnation)
+    self.slowdown = ctx.faults.slowdown_for(index)
     # Payload bytes as sent, this process' (`summary.json` sums them).
     self.bytes_committed = 0
     self.bytes_pulled = 0
 
   def _stopping(self) -> bool:
-    if not _child.parent_alive(self.ctx) or self.switches.is_set("abort"):
+    if not context.parent_alive(self.ctx) or self.switches.is_set("abort"):
       raise SystemExit(0)  # The launcher is gone or gives up: leave quietly.
     return self.switches.is_set("stop")
 
@@ -199,9 +195,9 @@ class _Worker:
 
   def run(self):
     ctx, index = self.ctx, self.index
-    jax = _child.configure_jax(ctx.cache_dir)
+    jax = context.configure_jax(ctx.cache_dir)
     import jax.numpy as jnp
-    config, strategy, _, loss_fn, layout = _child.build_parts(ctx)
+    config, strategy, _, loss_fn, layout = context.build_parts(ctx)
     arrays = ctx.data.arrays()
     x, y = arrays["x_train"], arrays["y_train"]
     n = config.num_workers
@@ -258,7 +254,7 @@ class _Worker:
         break
       if self.fault and window == self.fault.window:
         if self.fault.kind == "raise":
-          raise RuntimeError(f"injected fault (AGN_JAX_FAULT) in worker "
+          raise RuntimeError(f"injected fault in worker "
                              f"{index} at window {window}")
         if self.fault.kind == "exit":
           os._exit(3)

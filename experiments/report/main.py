@@ -12,8 +12,8 @@ import sys
 from absl import flags
 from absl import logging
 
+from agn_jax import workdir as workdir_lib
 from agn_jax.errors import WorkdirBusy, WorkdirError
-from agn_jax.runtime import workdir as workdir_lib
 from experiments import compare
 from experiments import flags as flags_lib
 from experiments import sweep as sweep_lib

@@ -81,7 +81,7 @@ class Study:
 def where() -> Dict[str, str]:
   """This machine and JAX's default device, for the ledger."""
   import jax  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.backends import calibration  # pylint: disable=g-import-not-at-top
   cpu = calibration.cpu_name() or platform.machine()
   device = jax.devices()[0]
   return {"machine": f"{os.cpu_count()} × {cpu}",

@@ -1,4 +1,4 @@
-"""The simulated backend: n asynchronous workers in one deterministic program (`agn_jax.simulator`).
+"""The simulated backend: n asynchronous workers in one deterministic program (`agn_jax.sim.simulation`).
 
 This module only drives the engine round by round and hands what happens to
 the shared books, as events like the processes backend's: commits, rejected
@@ -7,7 +7,7 @@ checkpoints every `checkpoint_every_seconds` of wall time (and at the end
 unless `--nocheckpoint_at_end`, or on Ctrl-C / SIGTERM, between two rounds),
 each worker's end, the server's end. Rows carry `sim_time` on the time
 model's clock (modeled seconds of `--cluster`, or local steps of a speed-1
-worker for `--cluster=none`; see `agn_jax.cluster`) beside the wall-time
+worker for `--cluster=none`; see `agn_jax.sim.clock`) beside the wall-time
 fields, and a commit row its window's `sim_window_start` and
 `sim_window_end` on that clock.
 
@@ -75,7 +75,8 @@ class SimulatedBackend(backend_lib.Backend):
 
   name = "simulated"
 
-  def __init__(self, config, book):
+  def __init__(self, config, book, faults=None):
+    del faults  # No worker loop runs here: nothing to inject a fault into.
     super().__init__(config, book)
     self.sim = None
     self.x_test = self.y_test = None
@@ -87,12 +88,14 @@ class SimulatedBackend(backend_lib.Backend):
     self._round_walls = {}
 
   def prepare(self, dataset=None):
-    from agn_jax import simulator
+    # pylint: disable=g-import-not-at-top
+    from agn_jax.sim import engine
+    from agn_jax.sim.simulation import Simulation
     config, book = self.config, self.book
     plan = backend_lib.plan(config, dataset)
     cluster = None
     if config.options.cluster == "this_host":
-      from agn_jax.runtime import calibration  # pylint: disable=g-import-not-at-top
+      from agn_jax.runtime.backends import calibration  # pylint: disable=g-import-not-at-top
       cluster = calibration.this_host(config, plan.dataset.input_shape,
                                       plan.dataset.num_classes)
     mesh = None
@@ -103,9 +106,9 @@ class SimulatedBackend(backend_lib.Backend):
       except RuntimeError:
         raise ValueError(f"--platform={config.platform}: JAX finds no such "
                          f"device on this host") from None
-      mesh = simulator.default_mesh(config.num_workers, devices)
-    self.sim = simulator.Simulation(config, plan.dataset, cluster=cluster,
-                                    mesh=mesh)
+      mesh = engine.default_mesh(config.num_workers, devices)
+    self.sim = Simulation.from_config(config, plan.dataset, cluster=cluster,
+                                      mesh=mesh)
     # The plan's n × windows, or more with Dynamic Local Updates (shorter
     # windows over the same share); on a stream with them, the samples.
     book.expected_commits = self.sim.expected_commits

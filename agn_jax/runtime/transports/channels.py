@@ -1,13 +1,13 @@
 """What a part of a run (the server, a worker, the evaluator) uses besides the `Transport`: switches, events, replies and data.
 
 Each backend implements them for its parts: shared memory, pipes and a
-queue for processes (`shm`, `_child`), the hub and mailbox actors for Ray
-(`ray_transport`), plain Python objects for threads (`inprocess`). The parts'
-loops (`server.serve`, `worker.run_worker`, `evaluator.run_evaluator`) see
-only these classes and `transport.Transport`.
+queue for processes (`shm`, `agn_jax.runtime.backends.processes`), the hub
+and mailbox actors for Ray (`ray`), plain Python objects for threads
+(`inprocess`). The parts' loops (`server.serve`, `worker.run_worker`,
+`evaluator.run_evaluator`) see only these classes and `base.Transport`.
 
 Example:
-  >>> from agn_jax.runtime.inprocess import InProcessSwitches
+  >>> from agn_jax.runtime.transports.inprocess import InProcessSwitches
   >>> switches = InProcessSwitches()
   >>> switches.set("go")
   >>> switches.is_set("go"), switches.wait("stop", timeout=0.01)

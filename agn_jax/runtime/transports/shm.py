@@ -16,7 +16,7 @@ from typing import Dict, List, Mapping, NamedTuple, Sequence, Tuple
 import _posixshmem
 import numpy as np
 
-from agn_jax.runtime import channels
+from agn_jax.runtime.transports import channels
 
 _PREFIX = "agn_"
 ALIGN = 64  # A cache line: slots and buffers never share one.

@@ -1,6 +1,9 @@
-"""What every child process (server, worker, evaluator) shares: start-up, JAX set-up, failure reports.
+"""What every part (server, worker, evaluator) is handed and shares, whatever the backend.
 
-Nothing here imports JAX at module level: a child applies its placement first.
+`RunContext` is the contract between a backend and the loops: the config,
+the data, the transport, the channels and the faults a test injects. The
+helpers are each part's start-up, JAX set-up and failure report. Nothing
+here imports JAX at module level: a child applies its placement first.
 """
 
 import os
@@ -8,12 +11,74 @@ import signal
 import traceback
 from typing import NamedTuple, Optional, Sequence, Tuple
 
+from agn_jax import placement as placement_lib
 from agn_jax.errors import Diverged
-from agn_jax.runtime import channels
-from agn_jax.runtime import placement as placement_lib
-from agn_jax.runtime.transport import Transport
+from agn_jax.runtime.transports import channels
+from agn_jax.runtime.transports.base import Transport
 
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "agn_jax", "jax_cache")
+
+
+class Fault(NamedTuple):
+  """A test hook: make a real worker fail at a given window.
+
+  `kind` is `raise` (raise an exception), `exit` (die without a word, as a
+  crash would) or `nan` (turn the worker's parameters non-finite before
+  that window's steps, as a non-finite gradient would). Window `window`
+  counts over the worker's whole share; the fault strikes in the first
+  `incarnations` incarnations of the worker (default 1: a restarted worker
+  runs clean).
+  """
+  kind: str
+  worker: int
+  window: int
+  incarnations: int = 1
+
+
+class Slowdown(NamedTuple):
+  """A test hook: make a real worker slower, as a slower machine would be.
+
+  Worker `worker` sleeps `seconds` per local step of each window, inside
+  the window's measured time (what Dynamic Local Updates plan the next
+  window from).
+  """
+  worker: int
+  seconds: float
+
+
+class Faults(NamedTuple):
+  """The faults a test injects into a run's workers: data, so it reaches a spawned process or an actor.
+
+  A test passes it to `agn_jax.runtime.train(..., faults=...)` (or to a
+  backend); it travels in the `RunContext`, and each worker asks it for its
+  own. A production run has none.
+
+  Attributes:
+    fault: a `Fault`, or None.
+    slowdown: a `Slowdown`, or None.
+
+  Example:
+    >>> faults = Faults(fault=Fault("raise", worker=1, window=3))
+    >>> faults.fault_for(worker=1, incarnation=0)
+    Fault(kind='raise', worker=1, window=3, incarnations=1)
+    >>> faults.fault_for(worker=1, incarnation=1), faults.slowdown_for(1)
+    (None, 0.0)
+  """
+  fault: Optional[Fault] = None
+  slowdown: Optional[Slowdown] = None
+
+  def fault_for(self, worker: int, incarnation: int) -> Optional[Fault]:
+    """The `Fault` that strikes this incarnation of `worker`, or None."""
+    fault = self.fault
+    if (fault is None or fault.worker != worker or
+        incarnation >= fault.incarnations):
+      return None
+    return fault
+
+  def slowdown_for(self, worker: int) -> float:
+    """Seconds `worker` sleeps per local step (0: none)."""
+    slow = self.slowdown
+    return slow.seconds if slow is not None and slow.worker == worker else 0.0
 
 
 class RunContext(NamedTuple):
@@ -34,6 +99,8 @@ class RunContext(NamedTuple):
     parent_pid: the launcher; a child whose parent is gone exits. None
       where the backend ties its parts' lives to the launcher itself (Ray
       ends a driver's actors with it).
+    faults: what a test injects into the workers (`Faults`); none in a
+      production run.
   """
   config: dict
   data: channels.DataSource
@@ -45,47 +112,7 @@ class RunContext(NamedTuple):
   input_shape: Tuple[int, ...]
   cache_dir: Optional[str]
   parent_pid: Optional[int]
-
-
-class EventPipe(channels.Events):
-  """A worker's own channel to the launcher: the writing end of a pipe.
-
-  One writer per pipe, and no lock: a worker killed mid-message cannot block
-  anyone else, unlike a `multiprocessing.Queue` shared by all workers.
-  """
-
-  def __init__(self, connection):
-    self._connection = connection
-
-  def put(self, event) -> None:
-    self._connection.send(event)
-
-
-class QueueEvents(channels.Events):
-  """The server's and the evaluator's channel to the launcher: a `multiprocess.Queue`.
-
-  Its feeder thread takes what is put, so the server never waits for the
-  launcher to read.
-  """
-
-  def __init__(self, queue):
-    self.queue = queue
-
-  def put(self, event) -> None:
-    self.queue.put(event)
-
-
-class PipeReplies(channels.Replies):
-  """The launcher's answers to the server: the reading end of a pipe."""
-
-  def __init__(self, connection):
-    self._connection = connection
-
-  def poll(self, timeout):
-    return self._connection.poll(timeout)
-
-  def recv(self):
-    return self._connection.recv()
+  faults: Faults = Faults()
 
 
 def enter(placement: placement_lib.Placement) -> None:
@@ -160,69 +187,3 @@ def param_layout(model, config, input_shape):
       lambda: models.init_params(model, jax.random.PRNGKey(config.seed),
                                  input_dim))
   return flat.FlatLayout.from_tree(shapes)
-
-
-class Fault(NamedTuple):
-  """A test hook: make a real worker fail at a given window.
-
-  Read from `AGN_JAX_FAULT="kind:worker=W:window=K[:incarnations=I]"`, kind
-  one of `raise` (raise an exception), `exit` (die without a word, as a
-  crash would) or `nan` (turn the worker's parameters non-finite before
-  that window's steps, as a non-finite gradient would). Window K counts
-  over the worker's whole share; the fault strikes in the first I
-  incarnations of the worker (default 1: a restarted worker runs clean).
-  """
-  kind: str
-  worker: int
-  window: int
-  incarnations: int = 1
-
-
-def parse_fault(spec: Optional[str]) -> Optional[Fault]:
-  """Parses `AGN_JAX_FAULT`; None when unset.
-
-  Example:
-    >>> parse_fault("raise:worker=1:window=3")
-    Fault(kind='raise', worker=1, window=3, incarnations=1)
-  """
-  if not spec:
-    return None
-  kind, *fields = spec.split(":")
-  values = dict(f.split("=", 1) for f in fields)
-  if (kind not in ("raise", "exit", "nan") or
-      not {"worker", "window"} <= set(values) <=
-      {"worker", "window", "incarnations"}):
-    raise ValueError(f"AGN_JAX_FAULT must look like 'raise|exit|nan:worker=W"
-                     f":window=K[:incarnations=I]', got {spec!r}")
-  return Fault(kind, int(values["worker"]), int(values["window"]),
-               int(values.get("incarnations", 1)))
-
-
-class Slowdown(NamedTuple):
-  """A test hook: make a real worker slower, as a slower machine would be.
-
-  Read from `AGN_JAX_SLOW="worker=W:seconds=S"`: worker W sleeps S seconds
-  per local step of each window, inside the window's measured time (what
-  Dynamic Local Updates plan the next window from).
-  """
-  worker: int
-  seconds: float
-
-
-def parse_slowdown(spec: Optional[str]) -> Optional[Slowdown]:
-  """Parses `AGN_JAX_SLOW`; None when unset.
-
-  Example:
-    >>> parse_slowdown("worker=1:seconds=0.01")
-    Slowdown(worker=1, seconds=0.01)
-  """
-  if not spec:
-    return None
-  try:
-    values = dict(f.split("=", 1) for f in spec.split(":"))
-    if set(values) != {"worker", "seconds"}:
-      raise ValueError(spec)
-    return Slowdown(int(values["worker"]), float(values["seconds"]))
-  except ValueError:
-    raise ValueError(f"AGN_JAX_SLOW must look like 'worker=W:seconds=S', got "
-                     f"{spec!r}") from None

@@ -7,14 +7,14 @@ rows, while all its workers run (`steady_state`), give a step's time and
 what a commit and a pull really cost between processes (from a window's
 end to its commit's apply, and from there to the next window's start);
 then, in the child placed as a processes worker (its
-cores and threads, `agn_jax.runtime.placement`), the server's jitted apply
+cores and threads, `agn_jax.placement`), the server's jitted apply
 and its copy into shared memory, and the worker's jitted half-steps, in the
 order a worker and the server run them. The result is an
-`agn_jax.cluster.Cluster` cached under `~/.cache/agn_jax/this_host/`, keyed
+`agn_jax.sim.clock.Cluster` cached under `~/.cache/agn_jax/this_host/`, keyed
 by the machine, JAX and everything the numbers depend on, so a second run of
 the same shapes measures nothing.
 
-  python -m agn_jax.runtime.calibration SPEC_JSON   # the child; prints JSON
+  python -m agn_jax.runtime.backends.calibration SPEC_JSON   # the child; prints JSON
 """
 
 import hashlib
@@ -30,9 +30,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from agn_jax import cluster as cluster_lib
 from agn_jax import config as config_lib
-from agn_jax.runtime import placement as placement_lib
+from agn_jax import placement as placement_lib
+from agn_jax.sim import clock as clock_lib
 
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "agn_jax", "this_host")
 # Fields of the run that change what a step, a commit or an apply costs.
@@ -91,7 +91,7 @@ def _key(s: Dict[str, Any]) -> str:
   return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def to_cluster(measured: Dict[str, Any], cores: int) -> cluster_lib.Cluster:
+def to_cluster(measured: Dict[str, Any], cores: int) -> clock_lib.Cluster:
   """The `this_host` cluster of a measurement: messages as latency plus bytes over bandwidth.
 
   The bandwidth is the measured copy rate through shared memory; the
@@ -111,7 +111,7 @@ def to_cluster(measured: Dict[str, Any], cores: int) -> cluster_lib.Cluster:
       bandwidth * 1e9)
   latency = max(0.0, (measured["commit_seconds"] + measured["pull_seconds"] -
                       wire) / 2)
-  return cluster_lib.Cluster(
+  return clock_lib.Cluster(
       "this_host", bandwidth_gbps=bandwidth, latency_ms=latency * 1e3,
       step_seconds=float(measured["step_seconds"]),
       server_apply_seconds=float(measured["apply_seconds"]), cores=cores,
@@ -120,7 +120,7 @@ def to_cluster(measured: Dict[str, Any], cores: int) -> cluster_lib.Cluster:
 
 def this_host(config, input_shape: Sequence[int], num_classes: int,
               cache_dir: Optional[str] = None,
-              timeout: float = 600.0) -> cluster_lib.Cluster:
+              timeout: float = 600.0) -> clock_lib.Cluster:
   """The `this_host` cluster for `config`'s workload: cached, else measured now.
 
   Args:
@@ -132,7 +132,7 @@ def this_host(config, input_shape: Sequence[int], num_classes: int,
     timeout: seconds the measurement may take.
 
   Returns:
-    An `agn_jax.cluster.Cluster` named "this_host".
+    An `agn_jax.sim.clock.Cluster` named "this_host".
 
   Raises:
     RuntimeError: one line, if the measurement failed.
@@ -160,13 +160,13 @@ def this_host(config, input_shape: Sequence[int], num_classes: int,
 def measure(s: Dict[str, Any], timeout: float = 600.0) -> Dict[str, Any]:
   """Runs the measurement in a child placed as a processes worker; returns its numbers."""
   env = dict(os.environ)
-  root = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))
   env["PYTHONPATH"] = os.pathsep.join(
       [root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
   try:
     result = subprocess.run(
-        [sys.executable, "-m", "agn_jax.runtime.calibration", json.dumps(s)],
+        [sys.executable, "-m", "agn_jax.runtime.backends.calibration", json.dumps(s)],
         env=env, capture_output=True, text=True, timeout=timeout, check=False)
   except subprocess.TimeoutExpired:
     raise RuntimeError(f"--cluster=this_host: the measurement took more than "
@@ -359,10 +359,10 @@ def _measure_here(s: Dict[str, Any]) -> Dict[str, Any]:
   from agn_jax import build  # pylint: disable=g-import-not-at-top
   from agn_jax.config import TrainConfig  # pylint: disable=g-import-not-at-top
   from agn_jax.flat import FlatLayout  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime import shm  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.transports import shm  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.backend import wire_of  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.server import server_apply_fn  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime.transport import wire_bytes  # pylint: disable=g-import-not-at-top
+  from agn_jax.runtime.transports.base import wire_bytes  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.worker import worker_functions  # pylint: disable=g-import-not-at-top
 
   run = dict(s["run"], learning_rate=s["learning_rate"])

@@ -19,14 +19,62 @@ import threading
 import time
 from typing import Dict
 
-from agn_jax.runtime import _child
+from agn_jax import placement as placement_lib
 from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime import channels
-from agn_jax.runtime import placement as placement_lib
-from agn_jax.runtime import shm
-from agn_jax.runtime.transport import SharedMemoryTransport
+from agn_jax.runtime import context
+from agn_jax.runtime.transports import channels
+from agn_jax.runtime.transports import shm
+from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 
 _SPAWN_LOCK = threading.Lock()
+
+
+# --- The channels: a queue for the server and the evaluator, a pipe each for
+# the workers, a pipe for the launcher's replies.
+
+
+class EventPipe(channels.Events):
+  """A worker's own channel to the launcher: the writing end of a pipe.
+
+  One writer per pipe, and no lock: a worker killed mid-message cannot block
+  anyone else, unlike a `multiprocessing.Queue` shared by all workers.
+  """
+
+  def __init__(self, connection):
+    self._connection = connection
+
+  def put(self, event) -> None:
+    self._connection.send(event)
+
+
+class QueueEvents(channels.Events):
+  """The server's and the evaluator's channel to the launcher: a `multiprocess.Queue`.
+
+  Its feeder thread takes what is put, so the server never waits for the
+  launcher to read.
+  """
+
+  def __init__(self, queue):
+    self.queue = queue
+
+  def put(self, event) -> None:
+    self.queue.put(event)
+
+
+class PipeReplies(channels.Replies):
+  """The launcher's answers to the server: the reading end of a pipe."""
+
+  def __init__(self, connection):
+    self._connection = connection
+
+  def poll(self, timeout):
+    return self._connection.poll(timeout)
+
+  def recv(self):
+    return self._connection.recv()
+
+
+# --- The backend.
 
 
 @contextlib.contextmanager
@@ -56,7 +104,7 @@ def _spawn_environment(placement: placement_lib.Placement):
 def _part_main(ctx, role, placement, replies, resume, incarnation) -> None:
   """A spawned part: its placement first, then its loop (`backend.run_part`); exit status 1 after a reported failure."""
   entered = time.time()
-  _child.enter(placement)
+  context.enter(placement)
   if not backend_lib.run_part(ctx, role, replies, resume, incarnation,
                               entered):
     raise SystemExit(1)
@@ -72,8 +120,8 @@ class ProcessesBackend(backend_lib.ServerBackend):
 
   name = "processes"
 
-  def __init__(self, config, book):
-    super().__init__(config, book)
+  def __init__(self, config, book, faults=context.Faults()):
+    super().__init__(config, book, faults)
     self.queue = self.replies = None
     self.processes: Dict[str, object] = {}  # role -> its latest Process
     self.live: Dict[object, str] = {}  # sentinel -> role, not yet read
@@ -104,7 +152,7 @@ class ProcessesBackend(backend_lib.ServerBackend):
     self.switches = shm.Switches.create(channels.SWITCH_NAMES)
     # Only the server and the evaluator write here; each worker has a pipe.
     self.queue = self.mp.Queue()
-    self.events = _child.QueueEvents(self.queue)
+    self.events = QueueEvents(self.queue)
     if self.cache_dir:
       os.makedirs(os.path.expanduser(self.cache_dir), exist_ok=True)
 
@@ -113,11 +161,11 @@ class ProcessesBackend(backend_lib.ServerBackend):
     ctx, placement, replies = self.ctx, self.host_placement, None
     if role == "server":
       reader, self.replies = self.mp.Pipe(duplex=False)
-      replies = _child.PipeReplies(reader)
+      replies = PipeReplies(reader)
     elif w is not None:
       # A pipe of its own: a worker killed mid-message blocks no one else.
       reader, writer = self.mp.Pipe(duplex=False)
-      ctx = ctx._replace(events=_child.EventPipe(writer))
+      ctx = ctx._replace(events=EventPipe(writer))
       placement = self.worker_placements[w]
     process = self.mp.Process(
         target=_part_main, name=f"agn-{role}", daemon=True,

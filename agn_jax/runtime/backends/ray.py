@@ -24,12 +24,12 @@ import threading
 import time
 from typing import Dict, List, Optional
 
+from agn_jax import placement as placement_lib
 from agn_jax.errors import RayStartError, RunError
-from agn_jax.runtime import _child
 from agn_jax.runtime import backend as backend_lib
-from agn_jax.runtime import placement as placement_lib
-from agn_jax.runtime import ray_head
-from agn_jax.runtime import ray_transport
+from agn_jax.runtime import context
+from agn_jax.runtime.backends import ray_head
+from agn_jax.runtime.transports import ray as ray_transport
 
 _CONNECT_SECONDS = 5.0  # To reach a cluster address before Ray's own (long) retries.
 
@@ -51,7 +51,7 @@ class _Host:
 
   Args:
     placement: what the part applies before JAX is imported
-      (`_child.enter`); Ray already started the process with its
+      (`context.enter`); Ray already started the process with its
       environment (`runtime_env`). Linux applies its affinity and niceness
       to this thread; JAX's threads, started from it later, inherit them
       (Ray's own threads keep theirs).
@@ -64,7 +64,7 @@ class _Host:
     if platform == "tpu":
       placement = placement._replace(env=dict(
           placement.env, **_tpu_env(self._accelerator_ids("TPU"))))
-    _child.enter(placement)
+    context.enter(placement)
 
   @staticmethod
   def _accelerator_ids(kind):
@@ -154,8 +154,8 @@ class RayBackend(backend_lib.ServerBackend):
   name = "ray"
   poll_seconds = 0.05  # Nothing Ray does wakes the driver: it looks this often.
 
-  def __init__(self, config, book):
-    super().__init__(config, book)
+  def __init__(self, config, book, faults=context.Faults()):
+    super().__init__(config, book, faults)
     self.address = config.options.ray_address
     self.ray = None
     # The private instance that "local" started, with its keeper.
@@ -281,9 +281,6 @@ class RayBackend(backend_lib.ServerBackend):
       if xla_flags:
         env["XLA_FLAGS"] = xla_flags
       options = dict(num_cpus=0, resources={"TPU": 1})
-    fault = os.environ.get("AGN_JAX_FAULT")
-    if fault:  # The test hook reaches the workers as with processes.
-      env = dict(env, AGN_JAX_FAULT=fault)
     return platform, dict(options, env=env, scheduling_strategy="SPREAD",
                           max_restarts=0)
 
