@@ -315,11 +315,11 @@ def test_a_bad_platform_is_refused_without_the_runtime_imported():
   # The command, in a fresh interpreter: the runtime (which owns the
   # platforms) is not imported when validate() starts, and the error names
   # every platform in one line.
-  from agn_jax.runtime import placement  # pylint: disable=g-import-not-at-top
+  from agn_jax import placement  # pylint: disable=g-import-not-at-top
   code = ("import sys\n"
           "from agn_jax.config import TrainConfig\n"
-          "assert not any(m.startswith('agn_jax.runtime') for m in "
-          "sys.modules), sorted(sys.modules)\n"
+          "assert not any(m.startswith(('agn_jax.runtime', 'agn_jax.placement'))"
+          " for m in sys.modules), sorted(sys.modules)\n"
           "TrainConfig(platform='tpux').validate()\n")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, timeout=60,

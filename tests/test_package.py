@@ -124,7 +124,7 @@ def test_every_shipped_config_parses_as_train_flags():
     (["--config=nope"], "train: error: --config=nope: no such configuration; "
      "the shipped ones are mnist1d, paper_mnist_aeasgd, paper_mnist_agn, "
      "quickstart, "),
-    (["--config=quickstart", "--epochs=0"], "train: error: flag --epochs=0.0: "
+    (["--config=quickstart", "--epochs=0"], "train: error: flag --epochs=0: "
      "--epochs accepts a finite number > 0"),
 ])
 def test_bad_config_is_one_line(args, message, capsys):
