@@ -427,8 +427,8 @@ SCALARS = ("commit_norm", "distance_staleness", "cosine_previous_commit",
            "cosine_center_movement", "center_step_norm", "implicit_momentum")
 
 
-def commit_instruments(
-    subsample: Optional[Subsample] = None) -> CommitInstruments:
+def commit_instruments(subsample: Optional[Subsample] = None,
+                       gathered: bool = False) -> CommitInstruments:
   """Every per-commit instrument in one pure update, for one call per applied commit.
 
   `update(state, commit, center_pulled, center_before_apply,
@@ -456,6 +456,10 @@ def commit_instruments(
       scaled by `√(p/m)`); the state then holds `m` floats per vector
       instead of the whole center twice. None (the default): exact, over
       every parameter.
+    gathered: with a subsample, `init` and `update` take vectors already
+      restricted to it (`Subsample.gather`), as a caller that keeps only
+      those coordinates (each worker's pulled center in the simulator)
+      passes them; norms are still scaled by `√(p/m)`.
 
   Returns:
     A `CommitInstruments` of pure, jittable `init` and `update`.
@@ -475,9 +479,10 @@ def commit_instruments(
     nan
   """
   scale = _scale(subsample)
+  restrict_to = None if gathered else subsample
 
   def init(center: Params) -> CommitInstrumentsState:
-    like = _restrict(center, subsample)
+    like = _restrict(center, restrict_to)
     return CommitInstrumentsState(
         previous_commit=jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), x.dtype),
                                      like),
@@ -486,10 +491,10 @@ def commit_instruments(
   def update(state: CommitInstrumentsState, commit: Params,
              center_pulled: Params, center_before_apply: Params,
              center_after_apply: Params):
-    delta = _restrict(commit, subsample)
-    pulled = _restrict(center_pulled, subsample)
-    before = _restrict(center_before_apply, subsample)
-    after = _restrict(center_after_apply, subsample)
+    delta = _restrict(commit, restrict_to)
+    pulled = _restrict(center_pulled, restrict_to)
+    before = _restrict(center_before_apply, restrict_to)
+    after = _restrict(center_after_apply, restrict_to)
     moved = _sub(before, pulled)
     step = _sub(after, before)
     previous = state.previous_commit

@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 import numpy as np
 
 from agn_jax import config as config_lib
+from agn_jax.runtime import events
 
 # The writers, in the order they are named; jsonl is always on.
 WRITERS = ("jsonl", "tensorboard")
@@ -211,6 +212,9 @@ class TensorBoardWriter:
     self._step = max(self._step, step)
     self._scalars(step, {f"{kind}/{key}": row.get(key) for key in
                          ("loss", "accuracy", "staleness", "time", "sim_time")})
+    if kind == "commit":  # `--diagnostics`' instruments, where a row has them.
+      self._scalars(step, {f"instruments/{key}": row[key]
+                           for key in events.INSTRUMENTS if key in row})
     if kind == "commit" and isinstance(row.get("staleness"), int):
       self._since_histogram.append(row["staleness"])
     elif kind == "eval":

@@ -77,6 +77,9 @@ def test_every_option_is_a_flag_that_names_its_backends():
               "server_apply_ms": "Simulated backend: ",
               "workers_per_call": "Simulated backend: ",
               "eval_every_rounds": "Simulated backend: ",
+              "diagnostics": "Simulated backend: ",
+              "diagnostics_subsample": "Simulated backend: ",
+              "diagnostics_every": "Simulated backend: ",
               "ray_address": "Ray backend: "}
   options = [n for n in config_lib.setting_names() if config_lib.owners(n)]
   assert sorted(options) == sorted(expected)

@@ -182,6 +182,22 @@ def test_update_on_a_subsample_matches_numpy(jit):
                              commits[-1].delta[list(INDICES)], rtol=1e-6)
 
 
+def test_gathered_vectors_give_the_subsample_values():
+  # A caller that keeps only the sampled coordinates (the simulator's
+  # pulled centers) passes them gathered: the same values, scaled alike.
+  commits = trajectory("adag")
+  sub = Subsample(INDICES, NUM_PARAMS)
+  tools = commit_instruments(sub, gathered=True)
+  pick = lambda v: jnp.asarray(v[list(INDICES)], jnp.float32)
+  state = tools.init(pick(commits[0].before))
+  rows = []
+  for c in commits:
+    state, scalars = tools.update(state, pick(c.delta), pick(c.pulled),
+                                  pick(c.before), pick(c.after))
+    rows.append(instruments.scalars_to_floats(scalars))
+  assert_rows_close(rows, expected(commits, INDICES))
+
+
 def test_a_subsample_of_every_coordinate_is_the_full_computation():
   commits = trajectory("adag")
   sub = Subsample.from_seed(7, NUM_PARAMS, fraction=1.0)

@@ -177,6 +177,9 @@ class RunBook:
         {} for _ in range(config.num_workers)]
     self.first_sim_time = None
     self.last_sim_time = None
+    # `--diagnostics`: each instrument's values over the whole run (a
+    # resume's kept rows included; NaN where a cosine has no value).
+    self.instruments: Dict[str, List[float]] = {}
     self.ready: Dict[int, float] = {}
     self.worker_timelines: Dict[int, dict] = {}
     self.worker_done: Dict[int, ev.WorkerDone] = {}
@@ -271,6 +274,8 @@ class RunBook:
           if self.first_sim_time is None:
             self.first_sim_time = float(row["sim_time"])
           self.last_sim_time = float(row["sim_time"])
+        if row.get("event") == "commit":
+          self._keep_instruments(row)
         if row.get("event") == "commit" and isinstance(
             row.get("staleness"), int):
           self.staleness.append(row["staleness"])
@@ -376,7 +381,41 @@ class RunBook:
     counts = self.local_updates[worker]
     counts[steps] = counts.get(steps, 0) + 1
 
+  def _keep_instruments(self, fields) -> None:
+    """Keeps a commit's instruments (`--diagnostics`), a null as NaN."""
+    for name in ev.INSTRUMENTS:
+      if name in fields:
+        value = fields[name]
+        self.instruments.setdefault(name, []).append(
+            float("nan") if value is None else float(value))
+
+  def _instruments_summary(self) -> Dict[str, object]:
+    """summary.json's aggregates of the instruments; {} without them.
+
+    `implicit_momentum` is μ̂ at the last commit (since the run's start, or
+    since its last resume: the instruments are not checkpointed) beside the
+    theory's `theory_momentum` `1 − 1/n`; `mean_<instrument>` the nanmean
+    of each per-commit instrument (None where no commit had a value).
+    """
+    if not self.instruments:
+      return {}
+    n = self.config.num_workers
+    out = {"theory_momentum": 1.0 - 1.0 / n}
+    final = self.instruments.get("implicit_momentum")
+    out["implicit_momentum"] = final[-1] if final else None
+    for name in ev.INSTRUMENTS:
+      if name == "implicit_momentum":
+        continue
+      values = np.asarray(self.instruments.get(name, []), np.float64)
+      finite = values[np.isfinite(values)]
+      out[f"mean_{name}"] = float(finite.mean()) if finite.size else None
+    out["instrumented_commits"] = len(
+        self.instruments.get("commit_norm", []))
+    return out
+
   def _on_commit(self, e: ev.Committed):
+    self._keep_instruments({name: getattr(e, name) for name in ev.INSTRUMENTS
+                            if getattr(e, name) is not None})
     self.staleness.append(e.staleness)
     self.commit_times.append(e.time)
     self.commit_steps.append(e.local_updates or
@@ -575,6 +614,7 @@ class RunBook:
       summary["local_updates_histogram"] = [
           {str(steps): count for steps, count in sorted(counts.items())}
           for counts in self.local_updates]
+    summary.update(self._instruments_summary())
     summary.update(self.extra_summary)
     return summary
 

@@ -107,6 +107,12 @@ class Committed(NamedTuple):
     local_updates: the window's local steps, with Dynamic Local Updates
       (the worker's λ_k; fewer in the last window of its share); None
       otherwise (λ).
+    commit_norm, distance_staleness, cosine_previous_commit,
+      cosine_center_movement, center_step_norm, implicit_momentum,
+      gradient_cosine: with `--diagnostics`, the commit's instruments
+      (`agn_jax.instruments.commit_instruments`; `gradient_cosine` every
+      k-th commit only); None otherwise. A NaN (a cosine without a value)
+      is written null.
   """
   time: float
   worker: int
@@ -121,6 +127,13 @@ class Committed(NamedTuple):
   sim_window_start: Optional[float] = None
   sim_window_end: Optional[float] = None
   local_updates: Optional[int] = None
+  commit_norm: Optional[float] = None
+  distance_staleness: Optional[float] = None
+  cosine_previous_commit: Optional[float] = None
+  cosine_center_movement: Optional[float] = None
+  center_step_norm: Optional[float] = None
+  implicit_momentum: Optional[float] = None
+  gradient_cosine: Optional[float] = None
   kind = "commit"
 
 
@@ -216,8 +229,13 @@ ROWS = {
 # Fields a row leaves out (bulky or per-process).
 _NOT_IN_ROWS = {"timeline", "stats", "acknowledged"}
 # Fields a row leaves out when they are None (backend- or loss-specific).
+# The per-commit instruments of `--diagnostics` (`Committed`), in row order.
+INSTRUMENTS = ("commit_norm", "distance_staleness", "cosine_previous_commit",
+               "cosine_center_movement", "center_step_norm",
+               "implicit_momentum", "gradient_cosine")
 _OPTIONAL = {"sim_time", "window_start", "window_end", "step_accuracy",
-             "sim_window_start", "sim_window_end", "local_updates"}
+             "sim_window_start", "sim_window_end", "local_updates",
+             *INSTRUMENTS}
 # `time.time()` stamps, which a row gives as seconds on its `time` base.
 _STAMPS = {"time", "window_start", "window_end"}
 

@@ -52,6 +52,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 import numpy as np
 
+from agn_jax import instruments as instruments_lib
 from agn_jax import kernel as kernel_lib
 from agn_jax import strategies
 from agn_jax.sim.clock import Workload
@@ -95,6 +96,10 @@ class RoundRecords(NamedTuple):
     accuracy: [n] each worker's window's mean accuracy, by worker.
     rejected: [n] whether each commit was rejected, in commit order.
     step_accuracy: [n, λ] each worker's local steps' accuracies, by worker.
+    instruments: with diagnostics (`Diagnostics`), `{name: [n]}` of each
+      commit's instruments in commit order, the names
+      `agn_jax.instruments.SCALARS` and `gradient_cosine` (NaN for a
+      rejected commit, and the gradient cosine but every k-th); else None.
   """
   clock: Any
   staleness: Any
@@ -102,6 +107,59 @@ class RoundRecords(NamedTuple):
   accuracy: Any
   rejected: Any
   step_accuracy: Any
+  instruments: Any = None
+
+
+GRADIENT_COSINE = "gradient_cosine"
+
+
+class Diagnostics(NamedTuple):
+  """How a round measures its commits (`agn_jax.instruments`), fixed at trace time.
+
+  Attributes:
+    subsample: an `agn_jax.instruments.Subsample`, or None (every
+      parameter).
+    every: the gradient cosine is taken at the commits applied when the
+      server clock is a multiple of `every` (the 1st, the (k+1)-th, ...).
+  """
+  subsample: Any
+  every: int
+
+  @property
+  def tools(self) -> instruments_lib.CommitInstruments:
+    """The per-commit update over vectors already restricted to the subsample."""
+    return instruments_lib.commit_instruments(self.subsample, gathered=True)
+
+  def restrict(self, tree):
+    """`tree` on the subsample's coordinates (as it is without one)."""
+    return tree if self.subsample is None else self.subsample.gather(tree)
+
+
+class DiagnosticsCarry(NamedTuple):
+  """What the instruments carry from round to round (replicated on every device).
+
+  Attributes:
+    state: the `agn_jax.instruments.CommitInstrumentsState`.
+    pulled: [n, ...] the center each worker last received, on the
+      subsample's coordinates (`[n, m]`) or whole (stacked like the center).
+  """
+  state: Any
+  pulled: Any
+
+
+def initial_diagnostics(diagnostics: Diagnostics, center, num_workers: int,
+                        sharding) -> DiagnosticsCarry:
+  """No commit measured yet; every worker holds `center`."""
+
+  def init(center):
+    like = diagnostics.restrict(center)
+    return DiagnosticsCarry(
+        state=diagnostics.tools.init(like),
+        pulled=jax.tree.map(
+            lambda x: jnp.broadcast_to(x, (num_workers,) + jnp.shape(x)),
+            like))
+
+  return jax.jit(init, out_shardings=sharding)(center)
 
 
 def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
@@ -290,12 +348,14 @@ def build_restart(strategy, sharding):
 
 def build_round(strategy, loss_fn, *, mesh, num_workers: int,
                 workers_per_call: int, keeps_pulled: bool,
-                dynamic_local_updates: bool):
+                dynamic_local_updates: bool,
+                diagnostics: Diagnostics = None):
   """One round, jitted: `round_fn(workers, center, server, indices, ...)`.
 
   Its arguments: the stacked workers, the center, the server state, each
   worker's sample indices, whether it is due and its window's steps, the
-  round's commit order and count, and the training data.
+  round's commit order and count, and the training data; with
+  `diagnostics`, also the `DiagnosticsCarry` and the probe set `(x, y)`.
 
   Every due worker's window (`map_in_place`, `workers_per_call` at a time on
   each device), then the round's `num_commits` commits in `order` through
@@ -309,10 +369,16 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
     workers_per_call: k, per device.
     keeps_pulled: the workers keep the center they pulled (`Workers.pulled`).
     dynamic_local_updates: windows may be shorter than λ (`lengths`).
+    diagnostics: None, or the `Diagnostics` that measure each applied
+      commit (`agn_jax.instruments.commit_instruments`: `Δ` is the payload's
+      decoded `delta` as sent, the pulled center the one its worker last
+      received) and every k-th its gradient cosine on the probe set. None
+      traces the round exactly as without instruments.
 
   Returns:
     The jitted round; it returns `(workers, center, server, records)`
-    (`RoundRecords`), the first three donated.
+    (`RoundRecords`), the first three donated; with `diagnostics`, also the
+    new `DiagnosticsCarry` (donated too).
   """
   kernel = kernel_lib.window_kernel(loss_fn, strategy.worker_transform,
                                     donate=False)
@@ -391,9 +457,44 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
 
     return jax.tree.map(write, workers, value, taken)
 
+  def measure(diag, probe, worker, payload, pulled, before, after, clock,
+              accepted):
+    """The instruments of one commit: `(new carry, {name: scalar})`."""
+    tools = diagnostics.tools
+    delta = strategy.decompress(payload, before)["delta"]
+    if strategy.pull_before_commit:  # Pulled just now: nothing moved.
+      center_pulled = diagnostics.restrict(pulled)
+    else:
+      center_pulled = jax.tree.map(lambda a: a[worker], diag.pulled)
+    restricted = (diagnostics.restrict(delta), center_pulled,
+                  diagnostics.restrict(before), diagnostics.restrict(after))
+
+    def update(state):
+      return tools.update(state, *restricted)
+
+    def skip(state):  # A rejected commit moved nothing and is not measured.
+      shapes = jax.eval_shape(update, state)[1]
+      return state, {k: jnp.full(v.shape, jnp.nan, v.dtype)
+                     for k, v in shapes.items()}
+
+    state, scalars = jax.lax.cond(accepted, update, skip, diag.state)
+
+    def gradient(_):
+      return instruments_lib.gradient_cosine(
+          loss_fn, before, probe, delta, diagnostics.subsample,
+          has_aux=True).astype(jnp.float32)
+
+    due = accepted & (clock % diagnostics.every == 0)
+    scalars = dict(scalars, **{GRADIENT_COSINE: jax.lax.cond(
+        due, gradient, lambda _: jnp.float32(jnp.nan), None)})
+    return state, scalars
+
   def commit_one(i, carry):
     """The i-th commit of the round, through the strategy's half-steps."""
-    workers, center, server, rec = carry
+    if diagnostics is not None:
+      workers, center, server, rec, diag, probe = carry
+    else:
+      workers, center, server, rec = carry
     worker = rec["order"][i]
     w = take(workers, worker)
     if strategy.pull_before_commit:  # Nothing lands between pull and commit.
@@ -402,6 +503,7 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
       pulled, pulled_clock = (w.pulled if keeps_pulled else center), w.clock
     staleness = server.clock - pulled_clock
     payload, state = strategy.worker_commit(w.state(strategy), pulled)
+    before, clock_before = center, server.clock
     center, server, accepted = strategy.server_apply(center, server, payload,
                                                      staleness)
     # A pull costs nothing here. As the contract says: the worker receives
@@ -430,10 +532,20 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
                clock=rec["clock"].at[i].set(server.clock),
                staleness=rec["staleness"].at[i].set(staleness),
                rejected=rec["rejected"].at[i].set(~accepted))
-    return workers, center, server, rec
+    if diagnostics is None:
+      return workers, center, server, rec
+    state, scalars = measure(diag, probe, worker, payload, pulled, before,
+                             center, clock_before, accepted)
+    diag = DiagnosticsCarry(state, jax.tree.map(
+        lambda a, g: a.at[worker].set(g), diag.pulled,
+        diagnostics.restrict(given)))
+    rec = dict(rec, instruments={
+        name: rec["instruments"][name].at[i].set(value)
+        for name, value in scalars.items()})
+    return workers, center, server, rec, diag, probe
 
   def round_fn(workers, center, server, indices, due, lengths, order,
-               num_commits, x, y):
+               num_commits, x, y, *measured):
     workers, loss, accuracy, steps = windows(workers, indices, due, lengths,
                                              x, y)
     if sharded:
@@ -445,21 +557,35 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
            "clock": jnp.zeros(slots, jnp.int32),
            "staleness": jnp.zeros(slots, jnp.int32),
            "rejected": jnp.zeros(slots, bool)}
-    workers, center, server, rec = jax.lax.fori_loop(
-        0, num_commits, commit_one, (workers, center, server, rec))
+    if diagnostics is None:
+      workers, center, server, rec = jax.lax.fori_loop(
+          0, num_commits, commit_one, (workers, center, server, rec))
+    else:
+      diag, probe_x, probe_y = measured
+      rec["instruments"] = {
+          name: jnp.full(slots, jnp.nan, jnp.float32)
+          for name in instruments_lib.SCALARS + (GRADIENT_COSINE,)}
+      workers, center, server, rec, diag, _ = jax.lax.fori_loop(
+          0, num_commits, commit_one,
+          (workers, center, server, rec, diag, (probe_x, probe_y)))
     # The windows' metrics by worker: a window's commit may come later.
     records = RoundRecords(rec["clock"], rec["staleness"], loss, accuracy,
-                           rec["rejected"], steps)
-    return workers, center, server, records
+                           rec["rejected"], steps, rec.get("instruments"))
+    if diagnostics is None:
+      return workers, center, server, records
+    return workers, center, server, records, diag
 
   if sharded:
+    # The instruments' carry and probe set are replicated, as the center.
+    extra = () if diagnostics is None else (P(), P(), P())
     round_fn = jax.shard_map(
         round_fn, mesh=mesh,
         in_specs=(P(AXIS), P(), P(), P(AXIS), P(AXIS), P(AXIS), P(), P(),
-                  P(), P()),
-        out_specs=(P(AXIS), P(), P(), P()),
+                  P(), P()) + extra,
+        out_specs=(P(AXIS), P(), P(), P()) + extra[:1],
         # Every device applies the same commits to its copy of the center
         # (from all-gathered worker states), so it is replicated by
         # construction; the check would also reject the masked branch.
         check_vma=False)
-  return jax.jit(round_fn, donate_argnums=(0, 1, 2))
+  donate = (0, 1, 2) if diagnostics is None else (0, 1, 2, 10)
+  return jax.jit(round_fn, donate_argnums=donate)

@@ -74,6 +74,9 @@ class CommitRecord(NamedTuple):
     window_round: the round the window ran in (the commit's own or earlier).
     local_updates: the window's local steps: λ, or with Dynamic Local
       Updates the worker's λ_k (or fewer, in the last window of its share).
+    instruments: with diagnostics, an applied commit's instruments,
+      `{name: float}` (`agn_jax.instruments.SCALARS`, and `gradient_cosine`
+      at every k-th commit; NaN where a cosine has no value); else None.
   """
   worker: int
   window: int
@@ -89,6 +92,7 @@ class CommitRecord(NamedTuple):
   window_end: float = 0.0
   window_round: int = 0
   local_updates: int = 0
+  instruments: Optional[Dict[str, float]] = None
 
 
 class EventSchedule:

@@ -61,7 +61,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
-from agn_jax import build, models, shares, strategies
+from agn_jax import build, instruments, models, shares, strategies
 from agn_jax.config import SimulatedOptions
 from agn_jax.errors import check_rejected_in_a_row
 from agn_jax.flat import FlatLayout
@@ -71,6 +71,22 @@ from agn_jax.sim import clock as clock_lib
 from agn_jax.sim import engine
 from agn_jax.sim.schedule import (CommitRecord, EventSchedule, ReplaySchedule,
                                   ScheduledCommit)
+
+
+# The probe set of the gradient cosine: the first this many training examples.
+PROBE_EXAMPLES = 1000
+# Above this many parameters the instruments default to a 1 % subsample.
+SUBSAMPLE_ABOVE = 1_000_000
+
+
+def default_subsample(num_params: int) -> float:
+  """The share of the parameters the instruments use by default: 1 % above `SUBSAMPLE_ABOVE`, else all.
+
+  Example:
+    >>> default_subsample(1000), default_subsample(2_000_000)
+    (1.0, 0.01)
+  """
+  return 0.01 if num_params > SUBSAMPLE_ABOVE else 1.0
 
 
 class Pending(NamedTuple):
@@ -123,6 +139,15 @@ class Simulation:
       docstring).
     data_assignment: how the samples reach the workers
       (`agn_jax.shares.ASSIGNMENTS`).
+    diagnostics: measure every applied commit with `agn_jax.instruments`
+      inside the round (`engine.Diagnostics`); each `CommitRecord` then
+      carries them (`instruments`). Off, the round is traced as without.
+    diagnostics_subsample: with `diagnostics`, the share of the parameters
+      they are computed on (`instruments.Subsample.from_seed(seed, p,
+      fraction)`); None: `default_subsample(p)`; 1: every parameter.
+    diagnostics_every: with `diagnostics`, the gradient cosine is taken at
+      every k-th applied commit (the 1st, the (k+1)-th, ...), on the probe
+      set: the first `PROBE_EXAMPLES` training examples.
 
   Raises:
     ValueError: one line, for a bad size, a time model of other workers or
@@ -149,7 +174,9 @@ class Simulation:
                workers_per_call: Optional[int] = None,
                mesh: Optional[Mesh] = None, apply_fn=None,
                dynamic_local_updates: bool = False,
-               data_assignment: str = "shards"):
+               data_assignment: str = "shards", diagnostics: bool = False,
+               diagnostics_subsample: Optional[float] = None,
+               diagnostics_every: int = 10):
     n = num_workers
     # The constructor takes n, the batch size and k from its caller, not
     # from a validated config.
@@ -211,6 +238,8 @@ class Simulation:
     else:
       self._schedule = EventSchedule(time_model, self.windows, tickets)
     self._apply_fn = apply_fn
+    self._diagnostics_settings = ((diagnostics_subsample, diagnostics_every)
+                                  if diagnostics else None)
     self._set_devices(mesh, workers_per_call)
     self._set_state(loss_fn, initial_center, x_train, y_train)
 
@@ -297,7 +326,10 @@ class Simulation:
                workers_per_call=options.workers_per_call, mesh=mesh,
                apply_fn=model.apply,
                dynamic_local_updates=config.dynamic_local_updates,
-               data_assignment=config.data_assignment)
+               data_assignment=config.data_assignment,
+               diagnostics=options.diagnostics,
+               diagnostics_subsample=options.diagnostics_subsample,
+               diagnostics_every=options.diagnostics_every)
 
   def _set_devices(self, mesh: Optional[Mesh], workers_per_call) -> None:
     """The mesh, k and the two shardings (workers, replicated)."""
@@ -339,11 +371,30 @@ class Simulation:
     self._workers = engine.initial_workers(strategy, center, n,
                                            self._keeps_pulled, self._sharded)
     self._treedef = jax.tree.structure(self._arrays())
+    self.diagnostics = None
+    self._diagnostics_args = ()
+    if self._diagnostics_settings is not None:
+      fraction, every = self._diagnostics_settings
+      if fraction is None:
+        fraction = default_subsample(self.layout.num_params)
+      if (isinstance(every, bool) or not isinstance(every, int) or
+          every < 1):
+        raise ValueError(f"diagnostics_every must be an integer >= 1, got "
+                         f"{every!r}")
+      subsample = (None if fraction >= 1 else instruments.Subsample.from_seed(
+          self.seed, self.layout.num_params, fraction))
+      self.diagnostics = engine.Diagnostics(subsample, every)
+      probe = min(PROBE_EXAMPLES, len(x_train))
+      self._probe = (jax.device_put(x_train[:probe], self._replicated),
+                     jax.device_put(y_train[:probe], self._replicated))
+      self._diagnostics_carry = engine.initial_diagnostics(
+          self.diagnostics, self._center, n, self._replicated)
     self._round_fn = engine.build_round(
         strategy, loss_fn, mesh=self.mesh, num_workers=n,
         workers_per_call=self.workers_per_call,
         keeps_pulled=self._keeps_pulled,
-        dynamic_local_updates=self.dynamic_local_updates)
+        dynamic_local_updates=self.dynamic_local_updates,
+        diagnostics=self.diagnostics)
     self._restart_fn = engine.build_restart(strategy, self._sharded)
     # Each commit is one message of `commit_bytes`, and the center its worker
     # receives with the reply (or pulls first, `pull_before_commit`) one of
@@ -403,8 +454,27 @@ class Simulation:
         "keeps_pulled_center": self._keeps_pulled,
         **({"local_updates": list(self.local_updates)}
            if self.dynamic_local_updates else {}),
+        **({"diagnostics": self.diagnostics_info}
+           if self.diagnostics is not None else {}),
         **self._describe_clock(),
     }
+
+  @property
+  def diagnostics_info(self) -> Optional[Dict[str, Any]]:
+    """How the instruments measure (None without `diagnostics`).
+
+    `subsample`: the share of the parameters they use (1.0: all, exact),
+    `subsample_size` its coordinates, `gradient_cosine_every` k and
+    `probe_examples` the probe set's size.
+    """
+    if self.diagnostics is None:
+      return None
+    sub = self.diagnostics.subsample
+    num_params = self.layout.num_params
+    size = num_params if sub is None else len(sub)
+    return {"subsample": size / num_params, "subsample_size": size,
+            "gradient_cosine_every": self.diagnostics.every,
+            "probe_examples": int(self._probe[0].shape[0])}
 
   def _plan(self) -> List[ScheduledCommit]:
     """The round's commits: the schedule's next ones, up to a worker's second."""
@@ -448,13 +518,18 @@ class Simulation:
       indices[k, :length] = samples.reshape(length, batch)
     for i, c in enumerate(plan):
       order[i] = c.worker
-    self._workers, self._center, self._server, out = self._round_fn(
-        self._workers, self._center, self._server,
-        jax.device_put(indices, self._sharded),
-        jax.device_put(due, self._sharded),
-        jax.device_put(lengths, self._sharded), order, np.int32(len(plan)),
-        self._x, self._y)
-    out = engine.RoundRecords(*(np.asarray(a) for a in out))
+    args = (self._workers, self._center, self._server,
+            jax.device_put(indices, self._sharded),
+            jax.device_put(due, self._sharded),
+            jax.device_put(lengths, self._sharded), order,
+            np.int32(len(plan)), self._x, self._y)
+    if self.diagnostics is None:
+      self._workers, self._center, self._server, out = self._round_fn(*args)
+    else:
+      (self._workers, self._center, self._server, out,
+       self._diagnostics_carry) = self._round_fn(
+           *args, self._diagnostics_carry, *self._probe)
+    out = jax.tree.map(np.asarray, out)
     clock, staleness, rejected = out.clock, out.staleness, out.rejected
     for k in np.flatnonzero(due):
       self._pending[k] = Pending(
@@ -472,6 +547,14 @@ class Simulation:
       k = c.worker
       ran = self._pending[k]
       self._pending[k] = None
+      measured = None
+      if out.instruments is not None and not rejected[i]:
+        measured = {name: float(values[i])
+                    for name, values in out.instruments.items()}
+        # Taken at the commits applied at a server clock (before the
+        # apply) that is a multiple of k; absent from the others.
+        if (int(clock[i]) - 1) % self.diagnostics.every:
+          del measured[engine.GRADIENT_COSINE]
       records.append(CommitRecord(
           worker=k, window=self._windows_done[k], clock=int(clock[i]),
           staleness=int(staleness[i]), loss=ran.loss,
@@ -479,7 +562,8 @@ class Simulation:
           simulated_time=float(c.applied), round=self._round,
           window_start=float(c.window_start),
           step_accuracy=ran.step_accuracy, window_end=float(c.window_end),
-          window_round=ran.round, local_updates=ran.local_updates))
+          window_round=ran.round, local_updates=ran.local_updates,
+          instruments=measured))
       self._windows_done[k] += 1
       self._messages[k] += 1
       self._rejected += int(rejected[i])
@@ -505,12 +589,14 @@ class Simulation:
     """
     n, lam = self.num_workers, self.communication_window
     indices = np.zeros((n, lam, self.batch_size), np.int32)
+    extra = (() if self.diagnostics is None else
+             (self._diagnostics_carry,) + self._probe)
     return self._round_fn.lower(
         self._workers, self._center, self._server,
         jax.device_put(indices, self._sharded),
         jax.device_put(np.ones(n, bool), self._sharded),
         jax.device_put(np.full(n, lam, np.int32), self._sharded),
-        np.arange(n, dtype=np.int32), np.int32(n), self._x, self._y)
+        np.arange(n, dtype=np.int32), np.int32(n), self._x, self._y, *extra)
 
   def __iter__(self) -> Iterator[List[CommitRecord]]:
     """Yields every remaining round's records until `done`."""
@@ -673,3 +759,9 @@ class Simulation:
     self._rejected_in_a_row = [int(w) for w in meta["rejected_in_a_row"]]
     self._schedule.restore(meta["schedule"])
     self._samplers = self._fresh_samplers()
+    if self.diagnostics is not None:
+      # The instruments are not checkpointed: they start afresh at the
+      # restored center (μ̂'s sums, the previous commit; each worker's
+      # pulled center is taken to be this one).
+      self._diagnostics_carry = engine.initial_diagnostics(
+          self.diagnostics, self._center, self.num_workers, self._replicated)

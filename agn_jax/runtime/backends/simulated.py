@@ -205,7 +205,8 @@ class SimulatedBackend(backend_lib.Backend):
             sim_window_start=float(r.window_start),
             sim_window_end=float(r.window_end),
             local_updates=(r.local_updates if sim.dynamic_local_updates
-                           else None)))
+                           else None),
+            **(r.instruments or {})))
     # Only the rounds whose windows still await their commits are kept.
     oldest = self.sim.oldest_waiting_round
     for key in [k for k in self._round_walls
