@@ -19,6 +19,13 @@ suite covers: each says which) are left out of the suite, so that it stays
 under CI's 8 minutes. They run with `-m soak` (or any -m expression that
 names `soak`), with AGN_JAX_SOAK=1, or when named one by one as
 `FILE::TEST`; `bash scripts/soak.sh` runs them all.
+
+The tests come in two folders: `tests/unit/` (in-process, fast) and
+`tests/e2e/` (real processes, Ray, CLI subprocesses, the report's quick
+study). The `slow` marker follows the folder: every test under `tests/e2e/`
+gets it here, so `-m "not slow"` and `tests/unit` run the same tests. The
+helpers both import (`helpers`, `strategy_reference`, `fifth_strategy`) stay
+in `tests/`, on the path by pyproject's `pythonpath`.
 """
 
 import os
@@ -59,6 +66,15 @@ def pytest_unconfigure(config):
   del config
   while _made:
     shutil.rmtree(_made.pop(), ignore_errors=True)
+
+
+_E2E = pathlib.Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_itemcollected(item):
+  """Marks every test under tests/e2e/ `slow`: the marker follows the folder."""
+  if _E2E in item.path.resolve().parents:
+    item.add_marker("slow")
 
 
 _SOAK_ENV = "AGN_JAX_SOAK"

@@ -1,4 +1,4 @@
-"""A strategy written outside agn_jax, as a user would write one: the fixture of test_fifth_strategy.py.
+"""A strategy written outside agn_jax, as a user would write one: the fixture of tests/{unit,e2e}/test_fifth_strategy*.py.
 
 Each window is λ plain SGD steps from the center the worker pulled; the
 worker commits half of what it moved, `(θ_k − θ̃)/2`; the server adds the

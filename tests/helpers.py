@@ -1,4 +1,4 @@
-"""Helpers shared by the end-to-end tests: the CLI as a subprocess (or its refusals in-process), leak checks."""
+"""Helpers shared by both layers of tests: the shrunken config, the CLI as a subprocess (or its refusals in-process), leak checks."""
 
 import json
 import os
@@ -14,6 +14,24 @@ import pytest
 from agn_jax.runtime.context import Fault, Faults
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+
+# What every shrunken run of the suite shares: AGN on the bundled digits, no
+# evaluation by the wall clock (a test reads the final one).
+TINY = dict(strategy="agn", dataset="digits", eval_every_seconds=0.0)
+
+
+def tiny_config(tmp_path=None, **settings):
+  """The suite's shrunken `TrainConfig`: `TINY`, the run in `tmp_path/run`, and `settings` over both.
+
+  Each caller names its own sizes (workers, window, hidden layer, batch,
+  epochs): they are what its test measures.
+  """
+  from agn_jax.config import TrainConfig  # pylint: disable=g-import-not-at-top
+  values = dict(TINY)
+  if tmp_path is not None:
+    values["workdir"] = str(pathlib.Path(tmp_path) / "run")
+  values.update(settings)
+  return TrainConfig(**values)
 
 
 def run_cli(*args, timeout=120):

@@ -1,0 +1,450 @@
+"""The ray backend end to end, on a real local Ray instance: real actors, real signals.
+
+Digits with n = 3 reaches 0.90 while one worker actor raises and another's
+process is SIGKILLed, both restarted; commits applied equal commits acknowledged; Ctrl-C ends a CLI
+run with its own Ray instance, leaving nothing running, and --resume
+continues it on Ray; a bad --ray_address is one line. One Ray instance
+serves the in-process runs of the module (`train()` keeps a connection it
+finds); the CLI runs start and stop their own.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+import ray
+
+from agn_jax import placement
+from agn_jax import TrainConfig, checkpoint, data
+from agn_jax.runtime import train
+from agn_jax.runtime.backends.ray import check_address
+from agn_jax.runtime.events import WorkerDone
+from agn_jax.runtime.transports.base import CommitMeta
+from agn_jax.runtime.transports.ray import RayTransport
+from helpers import (assert_one_line_error, metrics_rows, run_cli, tiny_config,
+                     train_with_two_failures)
+
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RAY_DAEMONS = ("raylet", "gcs_server")
+
+
+def _config(workdir, **overrides):
+  return tiny_config(**dict(
+      dict(backend="ray", num_workers=3, communication_window=10,
+           hidden_sizes=(32,), batch_size=32, epochs=40.0, learning_rate=3e-3,
+           checkpoint_every_seconds=0.3, workdir=str(workdir)), **overrides))
+
+
+def _ray_daemons(root: psutil.Process):
+  daemons = []
+  for p in root.children(recursive=True):
+    try:
+      if any(d in " ".join(p.cmdline()) for d in RAY_DAEMONS):
+        daemons.append(p)
+    except psutil.Error:  # Gone, or a zombie not yet reaped.
+      pass
+  return daemons
+
+
+def _wait_gone(pids, seconds=10.0):
+  """The pids still alive (zombies count as gone) after waiting up to `seconds`."""
+  deadline = time.monotonic() + seconds
+  while True:
+    alive = []
+    for pid in pids:
+      try:
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+          alive.append(pid)
+      except psutil.NoSuchProcess:
+        pass
+    if not alive or time.monotonic() > deadline:
+      return alive
+    time.sleep(0.1)
+
+
+def _actor_pids(workdir):
+  pids = json.loads((pathlib.Path(workdir) / "pids.json").read_text())
+  return [pids["server"], pids["evaluator"], *pids["workers"],
+          *pids["restarted_workers"]]
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+  """A local Ray instance for the module's in-process runs; stopped, and checked gone, at the end."""
+  shm_before = set(os.listdir("/dev/shm"))
+  old_term = signal.getsignal(signal.SIGTERM)
+  ray.init(num_cpus=len(placement.available_cores()), include_dashboard=False,
+           log_to_driver=False, configure_logging=False)
+  signal.signal(signal.SIGTERM, old_term)  # Ray's own would exit pytest.
+  try:
+    yield ray.get_runtime_context().gcs_address
+  finally:
+    ray.shutdown()
+  assert not _wait_gone([p.pid for p in _ray_daemons(psutil.Process())])
+  # Ray's object store maps unlinked files; our runs create no segment.
+  new = {n for n in set(os.listdir("/dev/shm")) - shm_before
+         if not n.startswith(("agn_", "sem.mp-"))}  # Other suites' runs.
+  assert not new, new
+
+
+@pytest.fixture(scope="module")
+def killed_run(ray_instance, tmp_path_factory):
+  """n = 3 on digits for 25 epochs (about 110 commits); worker 0 raises at window 5; worker 1's actor process is SIGKILLed after 30 commits."""
+  del ray_instance
+  workdir = tmp_path_factory.mktemp("killed") / "run"
+  summary, killed = train_with_two_failures(
+      train, _config(workdir, max_worker_restarts=2, epochs=25.0))
+  return summary, workdir, killed
+
+
+def test_digits_reaches_090_with_failed_worker_actors_restarted(killed_run):
+  summary, workdir, killed = killed_run
+  assert summary["backend"] == "ray"
+  assert summary["completed"] is True
+  assert summary["final_test_accuracy"] >= 0.90
+  assert killed
+  assert summary["worker_restarts"] == 2
+  restarts = [e for e in metrics_rows(workdir) if e["event"] == "worker_restart"]
+  causes = {e["worker"]: e["cause"] for e in restarts}
+  assert sorted(causes) == [0, 1]
+  assert causes[0].startswith("failed: RuntimeError: injected fault"), causes
+  assert causes[1] == "actor died: killed by signal 9", causes
+  pids = json.loads((workdir / "pids.json").read_text())
+  assert len(pids["restarted_workers"]) == 2
+  assert killed[0] in pids["restarted_workers"]
+  assert killed[0] not in pids["workers"]
+
+
+def test_commits_applied_equal_commits_acknowledged(killed_run):
+  summary, workdir, _ = killed_run
+  applied, rejected = summary["num_commits"], summary["rejected_commits"]
+  assert applied + rejected == summary["commits_acknowledged"]
+  assert applied + rejected == sum(summary["worker_commits"])
+  assert applied + rejected == summary["expected_commits"]
+  commits = [e for e in metrics_rows(workdir) if e["event"] == "commit"]
+  assert [e["clock"] for e in commits] == list(range(1, applied + 1))
+  # Each commit's λ = 10 step accuracies came along through the hub.
+  for e in commits:
+    assert len(e["step_accuracy"]) == 10, e
+    assert np.mean(e["step_accuracy"]) == pytest.approx(e["accuracy"])
+    assert e["window_start"] < e["window_end"] <= e["time"], e
+  ckpt = checkpoint.restore(str(workdir / "checkpoints"))
+  assert ckpt.step == applied
+
+
+def test_a_run_leaves_no_actor_running(killed_run):
+  _, workdir, _ = killed_run
+  assert not _wait_gone(_actor_pids(workdir))
+
+
+def _interrupt(workdir, signum, address=None):
+  """Runs the CLI on its own local Ray instance (or on the cluster at `address`); sends `signum` once it committed.
+
+  Returns:
+    (exit code, stderr, pids of every process it had started).
+  """
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", "--backend=ray",
+       "--num_workers=2", "--communication_window=10", "--dataset=digits",
+       "--hidden_sizes=32", "--batch_size=32", "--epochs=2000",
+       "--learning_rate=3e-3", "--eval_every_seconds=0",
+       "--checkpoint_every_seconds=0.5", f"--workdir={workdir}"] +
+      ([f"--ray_address={address}"] if address else []),
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 120
+    metrics = workdir / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text().count('"commit"') >= 20
+               and (workdir / "pids.json").exists()):
+      assert process.poll() is None, process.communicate()[1][-3000:]
+      assert time.monotonic() < deadline
+      time.sleep(0.05)
+    started = psutil.Process(process.pid).children(recursive=True)
+    # Its own instance, or none when it joined a running cluster.
+    assert bool(_ray_daemons(psutil.Process(process.pid))) == (not address)
+    os.kill(process.pid, signum)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+  return process.returncode, stderr, [p.pid for p in started]
+
+
+@pytest.fixture(scope="module")
+def interrupted(ray_instance, tmp_path_factory):
+  """A CLI run on its own local Ray instance, interrupted with SIGINT once it committed."""
+  del ray_instance
+  workdir = tmp_path_factory.mktemp("interrupted") / "run"
+  return (workdir, *_interrupt(workdir, signal.SIGINT))
+
+
+def test_sigint_ends_the_run_and_its_ray_instance(interrupted):
+  workdir, code, stderr, started = interrupted
+  assert code == 130, stderr[stderr.find("Traceback"):][-8000:]
+  # No event was lost to the interrupt.
+  commits = [e["clock"] for e in metrics_rows(workdir) if e["event"] == "commit"]
+  assert commits == list(range(1, len(commits) + 1))
+  assert "Traceback" not in stderr
+  assert stderr.strip().splitlines()[-1].startswith("train: error: interrupted")
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["interrupted"] is True and summary["backend"] == "ray"
+  final = [e for e in metrics_rows(workdir) if e["event"] == "checkpoint"][-1]
+  assert final["final"] is True and final["clock"] == summary["num_commits"]
+  # Every process it started, Ray's daemons and actors included, is gone.
+  assert not _wait_gone(started + _actor_pids(workdir))
+
+
+def test_resume_continues_the_interrupted_run_on_ray(interrupted, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(interrupted[0], workdir)
+  ckpt = checkpoint.restore(str(workdir / "checkpoints"))
+  saved = json.loads((workdir / "config.json").read_text())
+  # 10 more windows per worker than the checkpoint holds.
+  windows = max(ckpt.meta["worker_commits"]) + 10
+  num_train = len(data.load("digits", seed=0).x_train)
+  epochs = windows * 10 * 32 * 2 / num_train + 1e-3
+  config = TrainConfig.from_dict(dict(saved, resume=True, epochs=epochs,
+                                     workdir=str(workdir)))
+  summary = train(config)
+  assert summary["resumed_from_commit"] == ckpt.step
+  assert summary["completed"] is True
+  assert summary["num_commits"] == summary["expected_commits"]
+  commits = [e for e in metrics_rows(workdir) if e["event"] == "commit"]
+  assert [e["clock"] for e in commits] == list(
+      range(1, summary["num_commits"] + 1))
+
+
+# soak: test_resume_continues_the_interrupted_run_on_ray covers a run
+# resumed on Ray from its checkpoint, clock and books continuing, in the
+# suite (the checkpoint format is one for every backend).
+@pytest.mark.soak
+def test_a_processes_run_continues_on_ray(ray_instance, tmp_path):
+  # The same checkpoint format: a run begun on one host's processes goes on
+  # as Ray actors (e.g. on a cluster), its clock and books continuing.
+  workdir = tmp_path / "run"
+  num_train = len(data.load("digits", seed=0).x_train)
+  epochs = lambda windows: windows * 10 * 32 * 2 / num_train + 1e-3
+  first = train(TrainConfig(
+      num_workers=2, communication_window=10, dataset="digits",
+      hidden_sizes=(32,), batch_size=32, learning_rate=3e-3,
+      epochs=epochs(20), eval_every_seconds=0, workdir=str(workdir)))
+  assert first["backend"] == "processes" and first["num_commits"] == 40
+  saved = json.loads((workdir / "config.json").read_text())
+  summary = train(TrainConfig.from_dict(dict(
+      saved, resume=True, epochs=epochs(50), backend="ray",
+      ray_address=ray_instance, workdir=str(workdir))))
+  assert summary["backend"] == "ray" and summary["completed"] is True
+  assert summary["resumed_from_commit"] == 40
+  assert summary["num_commits"] == summary["expected_commits"] == 100
+  commits = [e["clock"] for e in metrics_rows(workdir) if e["event"] == "commit"]
+  assert commits == list(range(1, 101))
+  assert summary["final_test_accuracy"] >= 0.8
+  assert not _wait_gone(_actor_pids(workdir))
+
+
+# soak: test_sigint_ends_the_run_and_its_ray_instance covers a signal ending
+# a CLI run on Ray, summary written and every process of the run gone, and
+# tests/e2e/test_cli.py's test_sigterm_exits_143 SIGTERM's one line and status,
+# in the suite.
+@pytest.mark.soak
+def test_sigterm_on_a_running_cluster_ends_the_run_and_leaves_the_cluster(
+    ray_instance, tmp_path):
+  workdir = tmp_path / "run"
+  daemons = _ray_daemons(psutil.Process())
+  code, stderr, started = _interrupt(workdir, signal.SIGTERM, ray_instance)
+  assert code == 143, stderr[stderr.find("Traceback"):][-8000:]
+  assert stderr.strip().splitlines()[-1].startswith("train: error: terminated")
+  assert json.loads((workdir / "summary.json").read_text())["interrupted"]
+  # The run's own actors are gone; the cluster it joined is not.
+  assert not _wait_gone(started + _actor_pids(workdir))
+  assert daemons and all(p.is_running() for p in daemons)
+  assert ray.cluster_resources().get("CPU", 0) >= 1
+
+
+def _start_cli(workdir, *extra):
+  return subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", "--backend=ray",
+       "--num_workers=2", "--communication_window=10", "--dataset=digits",
+       "--hidden_sizes=32", "--batch_size=32", "--epochs=2000",
+       "--eval_every_seconds=0", "--noplots", f"--workdir={workdir}", *extra],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(process, ready, seconds=120.0):
+  deadline = time.monotonic() + seconds
+  while not ready():
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    assert time.monotonic() < deadline
+    time.sleep(0.05)
+
+
+def _session_processes(session_dir):
+  """Live processes whose command line names the Ray session directory (its daemons)."""
+  found = []
+  for p in psutil.process_iter(["cmdline", "status"]):
+    if (p.info["status"] != psutil.STATUS_ZOMBIE and session_dir and
+        session_dir in " ".join(p.info["cmdline"] or ())):
+      found.append(p.pid)
+  return found
+
+
+def test_a_sigkilled_driver_leaves_no_process_of_its_ray_instance(tmp_path):
+  workdir = tmp_path / "run"
+  process = _start_cli(workdir)
+  try:
+    pids_json = workdir / "pids.json"
+    _wait_for(process, lambda: pids_json.exists() and all(
+        json.loads(pids_json.read_text())["workers"]))
+    session = json.loads(pids_json.read_text())["ray_session_dir"]
+    assert session and _session_processes(session)
+    tree = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+    assert len(_ray_daemons(psutil.Process(process.pid))) == 2
+    process.kill()
+    process.communicate()
+    # Its keeper ends the instance: daemons, agents and actors, in 10 s.
+    assert not _wait_gone(tree + _session_processes(session), 10.0)
+    assert not _session_processes(session)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.communicate()
+
+
+def _keeper_started(process):
+  return any("ray_head.py" in " ".join(p.cmdline())
+             for p in psutil.Process(process.pid).children())
+
+
+# soak: test_sigint_ends_the_run_and_its_ray_instance covers Ctrl-C on a CLI
+# run with its own Ray instance, and tests/e2e/test_cli.py's
+# test_an_interrupt_while_the_modules_load_is_one_line an interrupt before
+# the run started, in the suite.
+@pytest.mark.soak
+def test_ctrl_c_while_the_ray_head_starts_is_one_true_line(tmp_path):
+  # One moment of start-up; scripts/attacks.py sends SIGINT and SIGTERM at
+  # many more, up to the first commit.
+  workdir = tmp_path / "run"
+  process = _start_cli(workdir)
+  try:
+    _wait_for(process, lambda: _keeper_started(process))
+    time.sleep(1.0)
+    tree = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.communicate()
+  assert process.returncode == 130, stderr[-3000:]
+  assert "Traceback" not in stderr
+  line = stderr.strip().splitlines()[-1]
+  if (workdir / "summary.json").exists():
+    assert line == f"train: error: interrupted; partial results in {workdir}"
+    assert json.loads((workdir / "summary.json").read_text())[
+        "outcome"] == "interrupted"
+  else:
+    assert line == ("train: error: interrupted before the run started; "
+                    "nothing was written")
+    assert not workdir.exists()
+  assert not _wait_gone(tree, 10.0)
+
+
+def test_bad_ray_address_is_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  result = run_cli("--backend=ray", "--ray_address=127.0.0.1:1",
+                   "--epochs=1", f"--workdir={workdir}", timeout=60)
+  line = assert_one_line_error(result)
+  assert "ray_address 127.0.0.1:1: no Ray cluster reachable there" in line
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize("address", ["nowhere", "host:port", "ray://h:10001",
+                                     ":6379", "h:70000"])
+def test_malformed_addresses_are_refused(address):
+  with pytest.raises(ValueError, match="ray_address"):
+    check_address(address)
+
+
+def test_a_queued_commit_of_a_dead_worker_is_applied_whole_or_dropped(
+    ray_instance):
+  del ray_instance
+
+  class _Committer:  # Local: Ray ships it by value (tests/ is no package).
+    """A worker stand-in: commits one payload, then waits to be killed."""
+
+    def commit(self, transport, size):
+      payload = (np.ones(size, np.float32),)
+      return transport.commit(payload, CommitMeta(0, 0, 0.0, 0.0, 0.0), 10.0)
+
+  size = 100_000  # 400 kB: through the object store, owned by the committer.
+  transport = RayTransport.create(size, 1, num_workers=1, capacity=2)
+  committer = ray.remote(_Committer).options(num_cpus=0).remote()
+  try:
+    assert ray.get(committer.commit.remote(transport, size))
+    assert transport.in_flight(0)
+    ray.kill(committer, no_restart=True)  # Its payload dies with it.
+    while True:  # Until Ray knows the owner is dead (no payload comes back).
+      try:
+        ray.get(committer.__ray_ready__.remote())
+      except ray.exceptions.RayActorError:
+        break
+    # Whether Ray still holds the payload depends on when it learns of the
+    # death; either way the books agree with what the server did.
+    commit = transport.next_commit(timeout=0.5)
+    if commit is not None:
+      np.testing.assert_array_equal(commit.payload[0], 1.0)
+      transport.release(commit)
+    assert not transport.in_flight(0)
+    assert transport.acknowledged(0) == (commit is not None)
+  finally:
+    transport.close()
+
+
+def test_commits_come_out_in_arrival_order_with_backpressure(ray_instance):
+  del ray_instance
+  size = 50_000  # 200 kB: through the object store.
+  transport = RayTransport.create(size, 1, num_workers=2, capacity=2)
+
+  def meta(worker, clock):
+    return CommitMeta(worker, clock, 0.5, 0.25, 2.0, 1.0,
+                      np.array([0.125, 0.375], np.float32))
+
+  try:
+    center = np.arange(size, dtype=np.float32)
+    transport.publish(center, clock=7)
+    out = np.empty(size, np.float32)
+    assert transport.pull(out, timeout=10) == 7
+    np.testing.assert_array_equal(out, center)
+    assert transport.commit((np.full(size, 1.0, np.float32),), meta(1, 7), 10)
+    assert transport.commit((np.full(size, 2.0, np.float32),), meta(0, 7), 10)
+    # The queue is full: no room within the timeout.
+    assert not transport.commit((np.full(size, 3.0, np.float32),), meta(1, 7),
+                                0.05)
+    transport.finish(WorkerDone(0, 1, 320, {}))
+    taken = []
+    for _ in range(2):
+      commit = transport.next_commit(timeout=10)
+      taken.append((commit.meta.worker, float(commit.payload[0][0])))
+      assert commit.meta[2:6] == (0.5, 0.25, 2.0, 1.0)
+      assert commit.meta.step_accuracy.tolist() == [0.125, 0.375]
+      transport.release(commit)
+    assert taken == [(1, 1.0), (0, 2.0)]
+    # Worker 0's done comes after its commit; worker 1 commits again.
+    assert transport.next_commit(timeout=10) == WorkerDone(0, 1, 320, {})
+    assert transport.commit((np.full(size, 3.0, np.float32),), meta(1, 8), 10)
+    assert float(transport.next_commit(timeout=10).payload[0][0]) == 3.0
+    assert transport.wait_acknowledged(0, 1, timeout=10)
+    assert transport.acknowledged(1) == 1 and transport.in_flight(1)
+    assert transport.is_done(0) and not transport.is_done(1)
+  finally:
+    transport.close()

@@ -1,0 +1,319 @@
+"""The end-to-end half of tests/unit/test_report.py: real processes, subprocesses or whole runs."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments.report import claims
+from experiments.report import design
+from experiments.report import runner
+from experiments.report import sections
+from experiments.report import thesis
+
+from tests.helpers import REPO
+
+from test_report import run_report, section
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+  """The quick preset run in this process: every section's runs."""
+  root = tmp_path_factory.mktemp("report")
+  study_dir, output_dir = str(root / "study"), str(root / "results")
+  p = design.preset("quick")
+  books = runner.Study(study_dir)
+  books.data["preset"] = "quick"
+  books.save()
+  failures = runner.run_all(p, books, show_progress=False, log=lambda _: None)
+  assert not failures
+  path = sections.write(sections.Context.build(
+      p, books, output_dir, ("thesis", 5.0)))
+  with open(path) as f:
+    text = f.read()
+  return study_dir, output_dir, text
+
+
+def ablation_text(variant):
+  from experiments.report.sections import ablation
+  return ablation.ORDER_TEXT[variant]
+
+
+def summary(study_dir, section_name, name):
+  with open(os.path.join(study_dir, section_name, name, "summary.json")) as f:
+    return json.load(f)
+
+
+def test_report_opens_with_a_verdict_for_every_claim(study):
+  _, _, text = study
+  part = section(text, "The paper's claims")
+  rows = [line for line in part.splitlines()
+          if line.startswith("| ") and not line.startswith("| claim")]
+  assert len(rows) == 10
+  for row in rows:
+    verdict = row.split(" | ")[3]
+    assert verdict.split(" (")[0] in (claims.REPRODUCED, claims.NOT_REPRODUCED,
+                                      claims.INCONCLUSIVE), row
+  for key, _ in claims.RULES:
+    assert f"- **{key}**:" in part
+  assert "says nothing about the paper" in text
+
+
+def test_claims_carry_the_runs_numbers(study):
+  study_dir, _, text = study
+  part = section(text, "The paper's claims")
+  agn = summary(study_dir, "grid", "agn-n2-l2-s0")["final_test_accuracy"]
+  expected = ("reproduced" if abs(agn - thesis.HEADLINE.agn_test_accuracy)
+              <= 0.005 else "not reproduced")
+  assert (f"| AGN test accuracy at n = 2, λ = 2 | 98.18 % | "
+          f"{100 * agn:.2f} % | {expected} | acc |") in part
+
+
+def test_grid_rows_come_from_the_runs(study):
+  study_dir, _, text = study
+  part = section(text, "The grid")
+  for n, l in ((2, 2), (2, 4), (4, 4)):
+    agn = summary(study_dir, "grid", f"agn-n{n}-l{l}-s0")
+    aeasgd = summary(study_dir, "grid", f"aeasgd-n{n}-l{l}-s0")
+    row = re.search(rf"^\| {n} \| {l} \| (\d+) \| [^|]+ \| [^|]+ \| (\S+) \| "
+                    rf"[^|]+ \| [^|]+ \| (\S+) \|", part, re.M)
+    assert row, (n, l)
+    # Windows per worker: commits / n.
+    assert int(row.group(1)) == agn["num_commits"] // n
+    assert float(row.group(2)) == pytest.approx(
+        100 * agn["final_test_accuracy"], abs=0.006)
+    assert float(row.group(3)) == pytest.approx(
+        100 * aeasgd["final_test_accuracy"], abs=0.006)
+
+
+def test_sections_use_the_runs_they_name(study):
+  study_dir, output_dir, text = study
+  processes = summary(study_dir, "ablation", "agn-n2-l2-s0-processes")
+  assert processes["backend"] == "processes"
+  assert summary(study_dir, "ablation", "agn-n2-l2-s0-random")[
+      "config"]["speed_model"] == design.RANDOM_SPEEDS
+  alpha = summary(study_dir, "ablation", "aeasgd-n2-l2-s0-alpha0.5")
+  assert alpha["config"]["elastic_learning_rate"] * alpha["config"][
+      "rho"] == pytest.approx(0.5)
+  for variant, alpha in (("alpha0.05", 0.05), ("alpha0.5", 0.5)):
+    gap = summary(study_dir, "ablation", f"aeasgd-n4-l4-s0-{variant}")
+    assert gap["config"]["elastic_learning_rate"] * gap["config"][
+        "rho"] == pytest.approx(alpha)
+    row = next(line for line in section(text, "The ablation").splitlines()
+               if line.startswith(f"| {alpha:g} ") or
+               line.startswith(f"| {alpha:g} ("))
+    assert f"{100 * gap['final_test_accuracy']:.2f} %" in row
+  # AGN's commit order at the gap cell.
+  for variant, speeds in (("round_robin", "constant"),
+                          ("random", design.RANDOM_SPEEDS),
+                          ("lognormal", "lognormal:0.5")):
+    agn = summary(study_dir, "ablation", f"agn-n4-l4-s0-{variant}")
+    assert agn["config"]["speed_model"] == speeds
+    row = next(line for line in section(text, "The ablation").splitlines()
+               if line.startswith("| " + ablation_text(variant) + " |")
+               and line.count("|") == 3)
+    assert f"{100 * agn['final_test_accuracy']:.2f} %" in row
+  # The claims' summary names the order that moved AGN most there.
+  acc = {v: summary(study_dir, "ablation", f"agn-n4-l4-s0-{v}")[
+      "final_test_accuracy"] for v in ("round_robin", "random", "lognormal")}
+  moved = {v: acc[v] - acc["round_robin"] for v in ("random", "lognormal")}
+  most = max(moved, key=lambda v: abs(moved[v]))
+  assert (f"AGN's test accuracy moves most with {ablation_text(most)}, by "
+          f"{100 * moved[most]:+.2f} points from the round robin") in section(
+              text, "The paper's claims")
+  nesterov = summary(study_dir, "diloco", "agn-n2-l2-s0-nesterov")
+  assert nesterov["config"]["server_optimizer"] == "nesterov"
+  assert nesterov["config"]["server_learning_rate"] == pytest.approx(0.35)
+  downpour = summary(study_dir, "downpour", "downpour-n4-l1-s0-adam0.001")
+  assert downpour["config"]["communication_window"] == 1
+  assert f"{100 * downpour['final_test_accuracy']:.2f} %" in section(
+      text, "DOWNPOUR")
+  stale = section(text, "Staleness")
+  assert (f"| ablation n=2 λ=2, processes | {processes['num_commits']} |"
+          in stale)
+  for name in ("grid-curves.png", "ablation.png", "staleness.png",
+               "downpour.png"):
+    assert os.path.getsize(os.path.join(output_dir, name)) > 1000, name
+    assert f"]({name})" in text
+  assert "## Compute ledger" in text
+
+
+def test_the_verdicts_issue_sections_come_from_their_runs(study):
+  study_dir, output_dir, text = study
+  acc = lambda section_name, name: summary(study_dir, section_name, name)[
+      "final_test_accuracy"]
+  # The grid ran in the thesis' setting, the sensitivity runs in the old one.
+  new, old = (summary(study_dir, "grid", "agn-n2-l2-s0"),
+              summary(study_dir, "sensitivity", "agn-n2-l2-s0"))
+  assert (new["config"]["data_assignment"], new["config"]["speed_model"]) == (
+      "epoch_slices", "thesis")
+  assert (old["config"]["data_assignment"], old["config"]["speed_model"]) == (
+      "shards", "constant")
+  assert "`--data_assignment=epoch_slices`" in section(text, "The grid")
+  part = section(text, "Sensitivity")
+  row = next(line for line in part.splitlines() if line.startswith("| 2 | 2 |"))
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  a_new, a_old = acc("grid", "agn-n2-l2-s0"), acc("sensitivity", "agn-n2-l2-s0")
+  b_new, b_old = (acc("grid", "aeasgd-n2-l2-s0"),
+                  acc("sensitivity", "aeasgd-n2-l2-s0"))
+  assert cells[2:8] == [f"{100 * a_new:.2f} %", f"{100 * a_old:.2f} %",
+                        f"{100 * (a_new - a_old):+.2f}",
+                        f"{100 * b_new:.2f} %", f"{100 * b_old:.2f} %",
+                        f"{100 * (b_new - b_old):+.2f}"]
+  assert "verdicts that rest on the grid" in part
+  # DOWNPOUR's sweep: one row per setting and n, each its own optimizer.
+  part = section(text, "DOWNPOUR at n = 10")
+  for variant, optimizer, lr, label in (("adam0.001", "adam", 1e-3, "Adam"),
+                                        ("sgd0.01", "sgd", 1e-2, "SGD")):
+    for n in (2, 4):
+      s = summary(study_dir, "downpour", f"downpour-n{n}-l1-s0-{variant}")
+      assert (s["config"]["worker_optimizer"], s["config"]["learning_rate"],
+              s["config"]["communication_window"]) == (optimizer, lr, 1)
+      row = next(line for line in part.splitlines()
+                 if line.startswith(f"| {label} {lr:g} | {n} |"))
+      assert f"{100 * s['final_test_accuracy']:.2f} %" in row
+  # RQ1: the normalized and unnormalized runs, and the effect by the rule:
+  # more than half a point apart, or one diverged.
+  part = section(text, "RQ1")
+  norm = summary(study_dir, "normalization", "agn-n2-l2-s0-normalized")
+  raw = summary(study_dir, "normalization", "agn-n2-l2-s0-unnormalized")
+  assert (norm["config"]["normalization"], raw["config"]["normalization"]) == (
+      "window", "none")
+  row = next(line for line in part.splitlines() if line.startswith("| 2 |"))
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  gap = norm["final_test_accuracy"] - raw["final_test_accuracy"]
+  bad = [c in ("diverged", "failed") for c in (cells[1], cells[4])]
+  expected = ("hurts" if bad[0] and not bad[1] else
+              "helps" if bad[1] and not bad[0] else
+              "no difference" if abs(gap) <= 0.005 else
+              "helps" if gap > 0 else "hurts")
+  assert cells[-1] == expected, row
+  for s in (norm, raw):
+    assert f"{100 * s['final_test_accuracy']:.2f} %" in row
+  assert os.path.getsize(os.path.join(output_dir, "normalization.png")) > 1000
+  # RQ3: DynSGD beside the grid's AGN and AEASGD of its cell.
+  part = section(text, "RQ3")
+  d = summary(study_dir, "dynsgd", "dynsgd-n2-l2-s0")
+  assert d["config"]["strategy"] == "dynsgd"
+  row = next(line for line in part.splitlines() if line.startswith("| 2 | 2 |"))
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  assert cells[2:5] == [f"{100 * a_new:.2f} %", f"{100 * b_new:.2f} %",
+                        f"{100 * d['final_test_accuracy']:.2f} %"]
+
+
+def test_the_beyond_section_rows_come_from_its_runs(study):
+  study_dir, output_dir, text = study
+  part = section(text, "Beyond the paper")
+  plain = summary(study_dir, "beyond", "agn-n4-l2-s0-plain")
+  dn = summary(study_dir, "beyond", "agn-n4-l2-s0-dn")
+  dylu = summary(study_dir, "beyond", "agn-n4-l2-s0-dylu")
+  aeasgd = summary(study_dir, "beyond", "aeasgd-n4-l2-s0-plain")
+  int8 = summary(study_dir, "beyond", "agn-n4-l2-s0-int8")
+  for s in (plain, dn, dylu, aeasgd, int8):
+    assert s["config"]["speed_model"] == design.HETEROGENEOUS_SPEEDS
+  assert dn["config"]["server_optimizer"] == "delayed_nesterov"
+  assert dn["config"]["server_every"] == 4
+  assert dylu["config"]["dynamic_local_updates"] is True
+  assert int8["config"]["commit_compression"] == "int8"
+  rows = part.splitlines()
+  for label, s in (("| AGN |", plain), ("| AGN + Delayed Nesterov |", dn),
+                   ("| AGN + Dynamic Local Updates", dylu),
+                   ("| AEASGD |", aeasgd)):
+    row = next(line for line in rows if line.startswith(label))
+    assert f"{100 * s['final_test_accuracy']:.2f} %" in row, label
+  # The codec's bytes against uncompressed AGN's, and its verdict, by hand.
+  row = next(line for line in rows if line.startswith("| int8 |"))
+  ratio = int8["bytes_committed"] / plain["bytes_committed"]
+  assert ratio < 0.3
+  assert f"| {ratio:.3f} |" in row
+  close = abs(int8["final_test_accuracy"] -
+              plain["final_test_accuracy"]) <= 0.01
+  assert row.endswith("| supported |" if close else "| not supported |")
+  for name in ("beyond-methods.png", "beyond-codecs.png"):
+    assert os.path.getsize(os.path.join(output_dir, name)) > 1000, name
+    assert f"]({name})" in part
+
+
+def test_completed_runs_keep_no_checkpoint_and_the_ledger_counts_them(study):
+  study_dir, _, _ = study
+  books = runner.Study(study_dir)
+  p = design.preset("quick")
+  assert set(books.ledger) == {f"{r.section}/{r.name}" for r in p.runs}
+  for r in p.runs:
+    assert not os.path.exists(os.path.join(r.path(study_dir), "checkpoints"))
+    entry = books.ledger[f"{r.section}/{r.name}"]
+    assert entry["completed"]
+    # Training takes CPU time; a ledger that lost it would read 0.
+    assert entry["cpu_seconds"] > 0.1, entry
+
+
+def test_rerunning_runs_nothing_and_rewrites_the_report(study):
+  study_dir, output_dir, _ = study
+  before = runner.Study(study_dir).ledger
+  result = run_report("--preset=quick", f"--study_dir={study_dir}",
+                      f"--output_dir={output_dir}", "--noprogress")
+  assert result.returncode == 0, result.stderr
+  assert "[1/" not in result.stdout  # Every run completed earlier.
+  assert "0 not started" in result.stdout
+  assert runner.Study(study_dir).ledger == before
+  assert os.path.isfile(os.path.join(output_dir, "REPORT.md"))
+  # The books keep the command that ran the study, and the report names it.
+  command = (f"python -m experiments.report --preset=quick --study_dir="
+             f"{study_dir} --output_dir={output_dir}")
+  assert runner.Study(study_dir).data["command"] == command
+  with open(os.path.join(output_dir, "REPORT.md")) as f:
+    assert f"Written by `{command}`" in f.read()
+
+
+def test_a_cell_below_five_windows_is_not_shown(tmp_path):
+  quick = design.preset("quick")
+  runs = tuple(r._replace(epochs=0.5) for r in quick.runs
+               if r.section == design.GRID and r.cell == (4, 4))
+  p = quick._replace(runs=runs)
+  books = runner.Study(str(tmp_path / "study"))
+  assert not runner.run_all(p, books, show_progress=False, log=lambda _: None)
+  ctx = sections.Context.build(p, books, str(tmp_path / "out"),
+                               ("thesis", 5.0))
+  assert ctx.results.pairs(design.GRID, (4, 4))  # It ran...
+  assert sections.grid.shown_cells(ctx) == {}    # ...and is refused.
+  text = open(sections.write(ctx)).read()
+  assert "not shown: < 5 windows a worker" in text
+
+
+def test_a_study_of_another_preset_is_refused(study):
+  study_dir, output_dir, _ = study
+  result = run_report("--preset=cpu", f"--study_dir={study_dir}",
+                      f"--output_dir={output_dir}", timeout=60)
+  assert result.returncode == 2
+  assert "holds a --preset=quick study" in result.stderr
+  assert result.stderr.strip().count("\n") == 0
+
+
+def test_ctrl_c_keeps_the_report_and_the_same_command_resumes(tmp_path):
+  study_dir = str(tmp_path / "study")
+  argv = [sys.executable, "-m", "experiments.report", "--preset=quick",
+          f"--study_dir={study_dir}", "--noprogress",
+          "--sections=downpour"]
+  process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+  first = os.path.join(study_dir, "downpour", "downpour-n2-l1-s0-adam0.001",
+                       "metrics.jsonl")
+  deadline = time.monotonic() + 60
+  while not os.path.exists(first) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  process.send_signal(signal.SIGINT)
+  _, err = process.communicate(timeout=60)
+  assert process.returncode == 130, err
+  assert err.strip().count("\n") == 0 and "run the same command" in err
+  assert os.path.isfile(os.path.join(study_dir, "results", "REPORT.md"))
+  result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 0, result.stderr
+  books = runner.Study(study_dir)
+  assert all(books.ledger[f"downpour/{r.name}"]["completed"]
+             for r in design.preset("quick").section_runs(design.DOWNPOUR))
