@@ -543,7 +543,7 @@ class SimulatedOptions(BackendOptions):
       10, "rounds between evaluations of the center; 0: only the final one.",
       check=NON_NEGATIVE_INT)
   diagnostics: bool = setting(
-      False, "the per-commit instruments (agn_jax.instruments, issue 32): "
+      False, "the per-commit instruments (agn_jax.instruments): "
       "each applied commit's norm, distance staleness, cosines with the "
       "previous commit and with the center's movement, the center step and "
       "the running implicit momentum, and every --diagnostics_every commits "

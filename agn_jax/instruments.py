@@ -1,4 +1,4 @@
-"""Per-commit instruments: the geometry of commits and of the center's path (issue 32).
+"""Per-commit instruments: the geometry of commits and of the center's path.
 
 Pure and jittable functions over parameter pytrees (a flat float32 vector is a
 pytree of one leaf, so a server loop that holds `agn_jax.flat` vectors uses

@@ -8,22 +8,14 @@ import numpy as np
 import pytest
 
 from agn_jax.runtime import train
-from test_fifth_strategy import WINDOWS, _check, _config, _dataset
+from test_fifth_strategy import WINDOWS, _check, _config, _dataset, check_simulated
 
 
 # One worker on the simulator costs a compilation of its own; two run in
 # tests/unit/test_fifth_strategy.py.
 @pytest.mark.parametrize("num_workers", [1])
 def test_simulated(tmp_path, num_workers):
-  dataset = _dataset()
-  config = _config(tmp_path / "run", "simulated", num_workers)
-  summary = train(config, dataset=dataset)
-  assert summary["num_commits"] == summary["expected_commits"]
-  center = np.load(tmp_path / "run" / "center.npy")
-  commits = _check(config, dataset, center, tmp_path / "run")
-  # Round robin: after the first round every commit is n - 1 stale.
-  assert [row["staleness"] for row in commits[num_workers:]] == [
-      num_workers - 1] * (len(commits) - num_workers)
+  check_simulated(tmp_path, num_workers)
 
 
 # Real processes and a real local Ray.

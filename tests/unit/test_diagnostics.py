@@ -1,4 +1,4 @@
-"""`--diagnostics` on the simulated backend: the instruments of every commit, measured in the round (issue 32).
+"""`--diagnostics` on the simulated backend: the instruments of every commit, measured in the round.
 
 The per-commit values are checked against numpy on the center's trajectory:
 with one commit per round (a replayed order), the center after each round is

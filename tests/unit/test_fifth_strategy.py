@@ -141,6 +141,11 @@ def test_the_strategy_is_named_by_its_import_path_not_registered():
 # tests/e2e/test_fifth_strategy_e2e.py.
 @pytest.mark.parametrize("num_workers", [2])
 def test_simulated(tmp_path, num_workers):
+  check_simulated(tmp_path, num_workers)
+
+
+def check_simulated(tmp_path, num_workers):
+  """A simulated run of `num_workers` against the reference, its staleness round robin's."""
   dataset = _dataset()
   config = _config(tmp_path / "run", "simulated", num_workers)
   summary = train(config, dataset=dataset)
