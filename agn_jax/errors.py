@@ -76,7 +76,7 @@ class Diverged(RuntimeError):
   Fatal on every backend: the run fails rather than restart the worker.
 
   Attributes:
-    records: the simulator's `CommitRecord`s of the round that ended in the
+    records: the simulator's `sim.schedule.Handled` commits of the round that ended in the
       failure (so its books can still count them); empty elsewhere.
 
   Example:

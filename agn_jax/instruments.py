@@ -1,7 +1,7 @@
 """Per-commit instruments: the geometry of commits and of the center's path.
 
 Pure and jittable functions over parameter pytrees (a flat float32 vector is a
-pytree of one leaf, so a server loop that holds `agn_jax.flat` vectors uses
+pytree of one leaf, so a server loop that holds `agn_jax.wire` vectors uses
 them as they are). They measure what the paper's argument is about: how large
 commits are, how far the center moved under a worker while it computed
 (distance staleness, the thesis' definition), whether consecutive commits and
@@ -52,7 +52,7 @@ Params = Any
 class Subsample:
   """A fixed set of coordinates of the flat parameter vector, shared by every instrument.
 
-  Coordinates are positions in the vector `agn_jax.flat.FlatLayout.ravel`
+  Coordinates are positions in the vector `agn_jax.wire.FlatLayout.ravel`
   builds: the leaves in `jax.tree.leaves` order, each raveled row-major. The
   indices are numpy, fixed when the object is built, so a jitted function
   that closes over a `Subsample` gathers each leaf's coordinates with

@@ -55,7 +55,7 @@ _TIME_FIELDS = ("time", "wall_time", "sim_time")
 _LIST_FIELDS = {ev.Committed.kind: ("step_accuracy",)}
 _NUMERIC_FIELDS = {
     ev.Committed.kind: _TIME_FIELDS + tuple(
-        f for f in ev.Committed._fields
+        f for f in ev.COMMIT_ROW
         if f not in _TIME_FIELDS + _LIST_FIELDS[ev.Committed.kind]),
     ev.Evaluated.kind: _TIME_FIELDS + ("clock", "loss", "accuracy"),
 }

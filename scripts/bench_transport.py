@@ -67,13 +67,13 @@ def _server(transport, requests, replies, reps):
   buffers = _buffers(transport)
   transport.publish(center, 0)
   for rep in range(reps):
-    header = transport.next_slot(timeout=60)
-    read = _read_commit(transport, transport.slot(header.slot), buffers)
+    commit = transport.next_commit(timeout=60)
+    read = _read_commit(transport, commit.payload, buffers)
     if read is not None:
       np.copyto(center, read)
-    transport.free_slot(header.slot)
+    transport.free_slot(commit.handle)
     transport.publish(center, rep + 1)
-    transport.acknowledge(header.worker)
+    transport.acknowledge(commit.meta.worker)
     delta = requests.get()
     center[:] = delta
     replies.put(center)
@@ -98,7 +98,7 @@ class RayServer:
 
 def _ray_round_trip(transport, payload, pulled, rep):
   """One commit + acknowledgement + pull through the Ray transport, as a worker does it."""
-  from agn_jax.runtime.transports.base import CommitMeta
+  from agn_jax.wire import CommitMeta
   t = time.perf_counter()
   assert transport.commit(payload, CommitMeta(0, rep, 0.0, 0.0, 0.0),
                           timeout=60)
@@ -140,7 +140,7 @@ def main():
     ray_done = ray_server.serve.remote(ray_transport, args.reps + 1)
 
   import multiprocess
-  from agn_jax.runtime.transports.base import CommitHeader  # pylint: disable=g-import-not-at-top
+  from agn_jax.wire import CommitMeta  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport  # pylint: disable=g-import-not-at-top
   ctx = multiprocess.get_context("spawn")
   transport = SharedMemoryTransport.create(ctx, p, payload_size=len(wire),
@@ -163,7 +163,7 @@ def main():
       for view, array in zip(views, payload):
         np.copyto(view, array)
       slot_bytes = sum(view.nbytes for view in views)
-      transport.queue_slot(CommitHeader(slot, 0, rep, 0.0, 0.0, 0.0))
+      transport.queue_slot(slot, CommitMeta(0, rep, 0.0, 0.0, 0.0))
       transport.wait_acknowledged(0, rep + 1, timeout=60)
       transport.pull(pulled)
       shm_s = time.perf_counter() - t

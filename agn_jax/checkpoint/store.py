@@ -84,7 +84,7 @@ class Meta(NamedTuple):
       **fields: the other fields, by name.
 
     Example:
-      >>> from agn_jax.flat import FlatLayout
+      >>> from agn_jax.wire import FlatLayout
       >>> layout = FlatLayout.from_tree({"w": np.zeros((2, 3), np.float32)})
       >>> meta = Meta.now(layout=layout, num_commits=3, rejected_commits=0,
       ...                 worker_commits=[2, 1], config={})

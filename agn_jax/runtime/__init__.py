@@ -16,12 +16,12 @@ from agn_jax.placement import Placement, host_placement, worker_placement
 from agn_jax.runtime.context import Fault, Faults, Slowdown
 from agn_jax.runtime.events import WorkerDone
 from agn_jax.runtime.launcher import train
-from agn_jax.runtime.transports.base import (Commit, CommitHeader, CommitMeta,
-                                             Transport)
+from agn_jax.runtime.transports.base import Commit, Transport
 from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
+from agn_jax.wire import CommitMeta
 
 __all__ = [
-    "Commit", "CommitHeader", "CommitMeta", "Fault", "Faults", "NothingToDo",
+    "Commit", "CommitMeta", "Fault", "Faults", "NothingToDo",
     "Placement", "RunError", "SharedMemoryTransport", "Slowdown", "Terminated", "Transport",
     "WorkdirBusy", "WorkdirError", "WorkerDone", "host_placement", "train",
     "worker_placement",

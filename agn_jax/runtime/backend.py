@@ -30,6 +30,7 @@ from agn_jax.runtime import server
 from agn_jax.runtime import worker
 from agn_jax.runtime.bookkeeping import read_json, write_json
 from agn_jax.runtime.transports import shm
+from agn_jax import wire as wire_lib
 
 # name -> "module:Class", imported on first use (Ray is an optional install).
 BACKENDS = {
@@ -63,7 +64,7 @@ class Plan(NamedTuple):
     expected_commits: `num_workers × windows`.
     layout: the parameters' `FlatLayout`.
     payload_size: flat arrays per commit.
-    wire: each of those arrays' `(length, dtype)` (`strategy.wire_spec`:
+    wire: each of those arrays' `(length, dtype)` (`agn_jax.wire.wire_of`:
       float32 vectors of the model's size, or a codec's arrays with
       `--commit_compression`), what the transport's slots hold.
   """
@@ -109,17 +110,8 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
     from agn_jax import checkpoint
     checkpoint.validate_for_resume(config.workdir, config.to_dict(),
                                    len(dataset.x_train), layout.metadata())
-  wire = wire_of(strategy, layout)
+  wire = wire_lib.wire_of(strategy, layout)
   return Plan(dataset, windows, n * windows, layout, len(wire), wire)
-
-
-def wire_of(strategy, layout) -> Tuple[Tuple[int, str], ...]:
-  """`(length, dtype)` of each flat array a commit of `strategy` sends for `layout`'s model."""
-  import jax
-  shapes = layout.treedef.unflatten(
-      [jax.ShapeDtypeStruct(s, np.float32) for s in layout.shapes])
-  return tuple((int(np.prod(x.shape)), np.dtype(x.dtype).str)
-               for x in strategy.wire_spec(shapes))
 
 
 def _alive(pid: int) -> bool:

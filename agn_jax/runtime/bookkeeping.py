@@ -414,14 +414,13 @@ class RunBook:
     return out
 
   def _on_commit(self, e: ev.Committed):
-    self._keep_instruments({name: getattr(e, name) for name in ev.INSTRUMENTS
-                            if getattr(e, name) is not None})
+    self._keep_instruments(e.instruments or {})
     self.staleness.append(e.staleness)
     self.commit_times.append(e.time)
-    self.commit_steps.append(e.local_updates or
-                             self.config.communication_window)
-    if e.local_updates is not None:
-      self._count_local_updates(e.worker, e.local_updates)
+    steps = e.meta.local_updates
+    self.commit_steps.append(steps or self.config.communication_window)
+    if steps:
+      self._count_local_updates(e.meta.worker, steps)
     if e.sim_time is not None:
       if self.first_sim_time is None:
         self.first_sim_time = e.sim_time

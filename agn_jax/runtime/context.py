@@ -8,6 +8,7 @@ here imports JAX at module level: a child applies its placement first.
 
 import os
 import signal
+import threading
 import traceback
 from typing import NamedTuple, Optional, Sequence, Tuple
 
@@ -46,6 +47,59 @@ class Slowdown(NamedTuple):
   seconds: float
 
 
+class Turns:
+  """A test hook: the workers commit in a given order, one at a time (threads backend only).
+
+  The commits of a run on threads come in whatever order the threads
+  reach the server. With `Turns` they come in `order` (a worker index per
+  commit), and each commit is applied, and its worker has pulled and
+  received, before the next one is made, so the run is one exact schedule that another path
+  (`agn_jax.strategies.exchange`) can replay. The first commit waits until
+  every worker pulled the initial center. It holds a lock, so it reaches
+  threads only, not a spawned process.
+
+  Example:
+    >>> turns = Turns([1, 0])
+    >>> for worker in (0, 1):
+    ...   turns.arrive()
+    >>> turns.wait(1, 0, timeout=1.0), turns.wait(0, 0, timeout=0.01)
+    (True, False)
+    >>> turns.done(); turns.wait(0, 0, timeout=1.0)
+    True
+  """
+
+  def __init__(self, order: Sequence[int]):
+    self.order = tuple(int(w) for w in order)
+    self.workers = len(set(self.order))
+    self._turn = 0
+    self._arrived = 0
+    self._changed = threading.Condition()
+
+  def arrive(self) -> None:
+    """A worker pulled the initial center."""
+    with self._changed:
+      self._arrived += 1
+      self._changed.notify_all()
+
+  def position(self, worker: int, commit: int) -> int:
+    """Where `worker`'s `commit`-th commit (from 0) stands in `order`."""
+    return [i for i, w in enumerate(self.order) if w == worker][commit]
+
+  def wait(self, worker: int, commit: int, timeout: float) -> bool:
+    """Waits until `worker`'s `commit`-th commit may go; False after `timeout` seconds."""
+    position = self.position(worker, commit)
+    with self._changed:
+      return self._changed.wait_for(
+          lambda: self._arrived >= self.workers and self._turn == position,
+          timeout)
+
+  def done(self) -> None:
+    """The worker whose turn it was has committed, pulled and received."""
+    with self._changed:
+      self._turn += 1
+      self._changed.notify_all()
+
+
 class Faults(NamedTuple):
   """The faults a test injects into a run's workers: data, so it reaches a spawned process or an actor.
 
@@ -56,6 +110,7 @@ class Faults(NamedTuple):
   Attributes:
     fault: a `Fault`, or None.
     slowdown: a `Slowdown`, or None.
+    turns: a `Turns` (threads only), or None.
 
   Example:
     >>> faults = Faults(fault=Fault("raise", worker=1, window=3))
@@ -66,6 +121,7 @@ class Faults(NamedTuple):
   """
   fault: Optional[Fault] = None
   slowdown: Optional[Slowdown] = None
+  turns: Optional[Turns] = None
 
   def fault_for(self, worker: int, incarnation: int) -> Optional[Fault]:
     """The `Fault` that strikes this incarnation of `worker`, or None."""
@@ -181,9 +237,9 @@ def param_layout(model, config, input_shape):
   """The `FlatLayout` of the model's parameters, without computing them."""
   import math
   import jax
-  from agn_jax import flat, models
+  from agn_jax import models, wire
   input_dim = math.prod(input_shape)
   shapes = jax.eval_shape(
       lambda: models.init_params(model, jax.random.PRNGKey(config.seed),
                                  input_dim))
-  return flat.FlatLayout.from_tree(shapes)
+  return wire.FlatLayout.from_tree(shapes)

@@ -7,10 +7,11 @@ reads the rows back with `ROWS`. Times inside events are `time.time()`
 stamps; the bookkeeping turns them into the run's time bases.
 
 Example:
-  >>> e = Committed(time=0.0, worker=1, clock=7, staleness=3, loss=0.5,
-  ...               accuracy=0.9)
-  >>> e.kind, row(e, lambda t: t)["staleness"]
-  ('commit', 3)
+  >>> from agn_jax.wire import CommitMeta
+  >>> e = Committed(time=0.0, meta=CommitMeta(worker=1, clock=4, loss=0.5,
+  ...               accuracy=0.9, time=0.0), clock=8, staleness=3)
+  >>> e.kind, row(e, lambda t: t)["staleness"], row(e, lambda t: t)["worker"]
+  ('commit', 3, 1)
 """
 
 import json
@@ -18,6 +19,8 @@ import math
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
+
+from agn_jax.wire import CommitMeta
 
 
 def finite_or_none(obj: Any) -> Any:
@@ -86,55 +89,57 @@ class Committed(NamedTuple):
 
   Attributes:
     time: when it was applied.
-    worker: who committed.
+    meta: the commit's `agn_jax.wire.CommitMeta` as its worker sent it: who
+      committed, the window's mean loss and accuracy, its local steps'
+      accuracies and, where known, when its first step began
+      (`meta.window_start`) and its last was done (`meta.time`). The λ steps
+      of a window run in one dispatch and have no times of their own;
+      readers spread them evenly over that span, step i (from 0) ending at
+      `window_start + (i + 1) (window_end − window_start) / λ`. On the
+      simulated backend both are the round's, the steps ran in.
+      `meta.local_updates` is the window's local steps with Dynamic Local
+      Updates (the worker's λ_k; fewer in the last window of its share), 0
+      otherwise (λ).
     clock: the server clock after applying it.
     staleness: server clock at apply − clock of the center the worker used.
-    loss: the worker's mean local loss over the window.
-    accuracy: the worker's mean local accuracy over the window.
     sim_time: simulated seconds (simulated backend only).
-    window_start: when the window's first local step began.
-    window_end: when its last local step was done. The λ steps of a window
-      run in one dispatch and have no times of their own; readers spread
-      them evenly over `[window_start, window_end]`, step i (from 0) ending
-      at `window_start + (i + 1) (window_end − window_start) / λ`. On the
-      simulated backend both are the round's, the steps run in.
-    step_accuracy: each local step's mini-batch training accuracy, in order
-      (`step_values`); None when the loss has none.
     sim_window_start: the window's start on the simulated clock, where
       each step's time is exact.
     sim_window_end: its end on the simulated clock; the commit's message
       and the server's queue come after it, so `sim_time` may be later.
-    local_updates: the window's local steps, with Dynamic Local Updates
-      (the worker's λ_k; fewer in the last window of its share); None
-      otherwise (λ).
-    commit_norm, distance_staleness, cosine_previous_commit,
-      cosine_center_movement, center_step_norm, implicit_momentum,
-      gradient_cosine: with `--diagnostics`, the commit's instruments
-      (`agn_jax.instruments.commit_instruments`; `gradient_cosine` every
-      k-th commit only); None otherwise. A NaN (a cosine without a value)
-      is written null.
+    instruments: with `--diagnostics`, the commit's instruments
+      `{name: value}` (`INSTRUMENTS`, `agn_jax.instruments.commit_instruments`;
+      `gradient_cosine` every k-th commit only); None otherwise. A NaN (a
+      cosine without a value) is written null.
+
+  Its metrics.jsonl row (`row`) is flat: the fields of `COMMIT_ROW`.
   """
   time: float
-  worker: int
+  meta: CommitMeta
   clock: int
   staleness: int
-  loss: float
-  accuracy: float
   sim_time: Optional[float] = None
-  window_start: Optional[float] = None
-  window_end: Optional[float] = None
-  step_accuracy: Optional[Sequence[float]] = None
   sim_window_start: Optional[float] = None
   sim_window_end: Optional[float] = None
-  local_updates: Optional[int] = None
-  commit_norm: Optional[float] = None
-  distance_staleness: Optional[float] = None
-  cosine_previous_commit: Optional[float] = None
-  cosine_center_movement: Optional[float] = None
-  center_step_norm: Optional[float] = None
-  implicit_momentum: Optional[float] = None
-  gradient_cosine: Optional[float] = None
+  instruments: Optional[Dict[str, float]] = None
   kind = "commit"
+
+  def row_fields(self) -> Dict[str, Any]:
+    """The row's fields, in `COMMIT_ROW` order (None where it has none)."""
+    meta = self.meta
+    known = meta.window_start is not None
+    fields = dict(
+        time=self.time, worker=meta.worker, clock=self.clock,
+        staleness=self.staleness, loss=meta.loss, accuracy=meta.accuracy,
+        sim_time=self.sim_time, window_start=meta.window_start,
+        window_end=meta.time if known else None,
+        step_accuracy=step_values(meta.step_accuracy),
+        sim_window_start=self.sim_window_start,
+        sim_window_end=self.sim_window_end,
+        local_updates=meta.local_updates or None)
+    for name in INSTRUMENTS:
+      fields[name] = (self.instruments or {}).get(name)
+    return fields
 
 
 class Rejected(NamedTuple):
@@ -228,11 +233,16 @@ ROWS = {
 }
 # Fields a row leaves out (bulky or per-process).
 _NOT_IN_ROWS = {"timeline", "stats", "acknowledged"}
-# Fields a row leaves out when they are None (backend- or loss-specific).
 # The per-commit instruments of `--diagnostics` (`Committed`), in row order.
 INSTRUMENTS = ("commit_norm", "distance_staleness", "cosine_previous_commit",
                "cosine_center_movement", "center_step_norm",
                "implicit_momentum", "gradient_cosine")
+# The fields of a commit's row (`Committed.row_fields`), in order.
+COMMIT_ROW = ("time", "worker", "clock", "staleness", "loss", "accuracy",
+              "sim_time", "window_start", "window_end", "step_accuracy",
+              "sim_window_start", "sim_window_end", "local_updates",
+              *INSTRUMENTS)
+# Fields a row leaves out when they are None (backend- or loss-specific).
 _OPTIONAL = {"sim_time", "window_start", "window_end", "step_accuracy",
              "sim_window_start", "sim_window_end", "local_updates",
              *INSTRUMENTS}
@@ -270,7 +280,9 @@ def row(event: Event, relative: Callable[[float], Optional[float]],
     **extra: more fields (e.g. `wall_time`, `expected_commits`).
   """
   out = {"event": event.kind}
-  for key, value in event._asdict().items():
+  fields = (event.row_fields() if hasattr(event, "row_fields") else
+            event._asdict())
+  for key, value in fields.items():
     if key in _NOT_IN_ROWS or (key in _OPTIONAL and value is None):
       continue
     out[key] = relative(value) if key in _STAMPS else value

@@ -16,11 +16,13 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from agn_jax import shares
+from agn_jax import wire
 from agn_jax.errors import CheckpointError
 from agn_jax.runtime import context
 from agn_jax.runtime import events
-from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
+from agn_jax.runtime.transports.base import WindowPlan
 from agn_jax.shares import local_updates
+from agn_jax.wire import CommitMeta
 
 _POLL_SECONDS = 0.2
 
@@ -29,7 +31,7 @@ def server_apply_fn(strategy, layout):
   """`apply(center_flat, state, payload, staleness) -> (center_flat, state, accepted)`, jitted.
 
   `strategy.server_apply` sees the same pytrees it sees in a single process;
-  the flat arrays (`strategy.pack`, compressed with `--commit_compression`)
+  the flat arrays (`agn_jax.wire.pack`, compressed with `--commit_compression`)
   are only the wire format.
   """
   import jax
@@ -37,7 +39,7 @@ def server_apply_fn(strategy, layout):
   def apply(center_flat, state, payload, staleness):
     center = layout.unravel(center_flat)
     center, state, accepted = strategy.server_apply(
-        center, state, strategy.unpack(payload, center), staleness)
+        center, state, wire.unpack(strategy, payload, center), staleness)
     return layout.ravel(center), state, accepted
 
   return jax.jit(apply, donate_argnums=(0,))
@@ -220,8 +222,8 @@ class _Server:
                                                 saved_step)
 
     # Compile before the first commit arrives, on a copy (the center is donated).
-    zeros = tuple(np.zeros(x.shape, x.dtype) for x in strategy.wire_spec(
-        layout.unravel(center)))
+    zeros = tuple(np.zeros(x.shape, x.dtype) for x in wire.payload_spec(
+        strategy, layout.unravel(center)))
     jax.block_until_ready(apply(jnp.array(center), state, zeros, np.int32(0)))
     ctx.events.put(events.ServerReady(time.time()))
 
@@ -259,14 +261,12 @@ class _Server:
         transport.publish(host, self.clock)
         transport.release(message)
         del host  # No view may outlive the buffer, which the next apply donates.
-        known = meta.window_start is not None
+        # The window's local steps are said only with Dynamic Local Updates.
         ctx.events.put(events.Committed(
-            time.time(), meta.worker, self.clock, staleness, meta.loss,
-            meta.accuracy, window_start=meta.window_start,
-            window_end=meta.time if known else None,
-            step_accuracy=events.step_values(meta.step_accuracy),
-            local_updates=((meta.local_updates or config.communication_window)
-                           if self.planner is not None else None)))
+            time.time(), meta._replace(local_updates=(
+                (meta.local_updates or config.communication_window)
+                if self.planner is not None else 0)),
+            self.clock, staleness))
       if self.ctx.config["checkpoint_at_end"]:
         self._save(center, state, final=True)
     finally:

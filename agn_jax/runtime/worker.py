@@ -19,11 +19,13 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from agn_jax import shares
+from agn_jax import wire
 from agn_jax.errors import check_rejected_in_a_row
 from agn_jax.runtime import context
 from agn_jax.runtime import events
-from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
+from agn_jax.runtime.transports.base import WindowPlan
 from agn_jax.shares import shard_bounds, windows_per_worker
+from agn_jax.wire import CommitMeta
 
 _POLL_SECONDS = 0.1
 
@@ -36,7 +38,7 @@ class WorkerFunctions(NamedTuple):
     init: `center_flat -> WorkerState`, `strategy.init_worker`.
     commit: `(state, center_flat) -> (payload, state, accepted)`,
       `strategy.worker_commit` with `payload` the flat arrays it sends
-      (`strategy.pack`: compressed with `--commit_compression`) and
+      (`agn_jax.wire.pack`: compressed with `--commit_compression`) and
       `accepted` whether the server will apply it (`strategy.accepts`).
     receive: `(state, center_flat, accepted) -> state`,
       `strategy.worker_receive`; `accepted` is a Python bool, compiled once
@@ -61,7 +63,7 @@ def worker_functions(strategy, loss_fn, layout) -> WorkerFunctions:
 
   def commit(state, center_flat):
     payload, state = strategy.worker_commit(state, layout.unravel(center_flat))
-    return strategy.pack(payload), state, strategy.accepts(payload)
+    return wire.pack(strategy, payload), state, strategy.accepts(payload)
 
   def receive(state, center_flat, accepted):
     return strategy.worker_receive(state, layout.unravel(center_flat),
@@ -127,6 +129,7 @@ class _Worker:
     # What a test injects (`context.Faults`); nothing in a production run.
     self.fault = ctx.faults.fault_for(index, incarnation)
     self.slowdown = ctx.faults.slowdown_for(index)
+    self.turns = ctx.faults.turns
     # Payload bytes as sent, this process' (`summary.json` sums them).
     self.bytes_committed = 0
     self.bytes_pulled = 0
@@ -140,6 +143,13 @@ class _Worker:
     while not self.switches.wait(switch, _POLL_SECONDS):
       if self._stopping():
         raise _Stopped()
+
+  def _my_turn(self, commit: int) -> bool:
+    """Waits for this worker's `commit`-th commit's turn (`context.Turns`); False if stopped first."""
+    while not self.turns.wait(self.index, commit, _POLL_SECONDS):
+      if self._stopping():
+        return False
+    return True
 
   def _acknowledged(self, pushed):
     """Waits until the server handled this worker's `pushed` commits (or a stop)."""
@@ -242,6 +252,8 @@ class _Worker:
     if sampler is not None:
       sampler.skip(done * batch)  # The rest of this worker's share.
     clock, center = self._pull(jnp, base)
+    if self.turns:
+      self.turns.arrive()
     if stream:  # Set before the center was published or this acknowledged.
       plan = self.transport.window_plan(index)
     state = fns.init(center)
@@ -287,6 +299,8 @@ class _Worker:
         time.sleep(self.slowdown * steps)  # A test's slow worker.
       window_metrics = _window_metrics(jnp, result.metrics, started_window,
                                        steps)
+      if self.turns and not self._my_turn(commits - base):
+        break
       if strategy.pull_before_commit:
         clock, center = self._pull(jnp, commits)
       payload, state, accepted = fns.commit(state, center)
@@ -305,6 +319,9 @@ class _Worker:
       rejected_in_a_row = 0 if accepted else rejected_in_a_row + 1
       check_rejected_in_a_row(rejected_in_a_row)
       state = fns.receive(state, center, accepted)
+      if self.turns:  # The next commit's turn: this one is in the center.
+        self._acknowledged(commits)
+        self.turns.done()
     self._finish(commits, started, done)
 
   def _warm_up(self, fns, jnp, x, y, lam, batch, dynamic):

@@ -55,6 +55,7 @@ import numpy as np
 from agn_jax import instruments as instruments_lib
 from agn_jax import kernel as kernel_lib
 from agn_jax import strategies
+from agn_jax import wire
 from agn_jax.sim.clock import Workload
 
 AXIS = "workers"
@@ -206,7 +207,7 @@ def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
       optimizer_floats=floats / max(num_params, 1),
       payload_vectors=len(strategy.payload),
       pull_before_commit=bool(strategy.pull_before_commit),
-      payload_bytes=strategy.commit_bytes(center))
+      payload_bytes=wire.commit_bytes(strategy, center))
 
 
 # --- Devices ----------------------------------------------------------------
@@ -232,16 +233,6 @@ def default_workers_per_call(platform: str, workers_per_device: int) -> int:
     (1, 10)
   """
   return 1 if platform == "cpu" else workers_per_device
-
-
-def reads_center(worker_commit, state, center) -> bool:
-  """Whether `worker_commit(state, center)` reads its `center` at all."""
-  closed = jax.make_jaxpr(worker_commit)(state, center)
-  jaxpr = closed.jaxpr
-  center_vars = jaxpr.invars[len(jaxpr.invars) - len(jax.tree.leaves(center)):]
-  used = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
-  used |= {id(v) for v in jaxpr.outvars}
-  return any(id(v) in used for v in center_vars)
 
 
 def map_in_place(fn, state, xs, batch_size: int = 1):
@@ -497,31 +488,22 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
       workers, center, server, rec = carry
     worker = rec["order"][i]
     w = take(workers, worker)
-    if strategy.pull_before_commit:  # Nothing lands between pull and commit.
-      pulled, pulled_clock = center, server.clock
-    else:
-      pulled, pulled_clock = (w.pulled if keeps_pulled else center), w.clock
-    staleness = server.clock - pulled_clock
-    payload, state = strategy.worker_commit(w.state(strategy), pulled)
     before, clock_before = center, server.clock
-    center, server, accepted = strategy.server_apply(center, server, payload,
-                                                     staleness)
-    # A pull costs nothing here. As the contract says: the worker receives
-    # the new center where it pulls after its commit
-    # (`pulls_after_commit(accepted)`), else the one its commit used.
-    if strategy.pull_before_commit:
-      given = jax.tree.map(lambda new, used: jnp.where(accepted, used, new),
-                           center, pulled)
-    else:
-      given = center
-    received = strategy.worker_receive(state, given, accepted)
+    # The commit in the contract's order (`strategies.exchange`). A pull
+    # costs nothing here, and nothing lands between a pull before the commit
+    # and its apply.
+    ex = strategies.exchange(
+        strategy, w.state(strategy), center, server,
+        w.pulled if keeps_pulled else center, w.clock)
+    center, server, accepted = ex.center, ex.server_state, ex.accepted
+    staleness, payload, pulled = ex.staleness, ex.payload, ex.used
     # An optimizer-state leaf that an accepted commit and pull leave as it
     # was (AGN's delta, Adam's moments) keeps its old array, so `put` does
     # not write it back; `_restart` resets it after the round for a
     # rejected worker.
-    kept = strategy.worker_receive(state, pulled if
-                                   strategy.pull_before_commit else center,
-                                   True)
+    kept = strategy.worker_receive(
+        ex.committed, strategy.received_center(True, center, pulled), True)
+    received = ex.state
     opt_state = jax.tree.map(lambda new, k, old: old if k is old else new,
                              received.opt_state, kept.opt_state, w.opt_state)
     w_new = Workers(received.params, opt_state,
@@ -538,7 +520,7 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
                              center, clock_before, accepted)
     diag = DiagnosticsCarry(state, jax.tree.map(
         lambda a, g: a.at[worker].set(g), diag.pulled,
-        diagnostics.restrict(given)))
+        diagnostics.restrict(ex.received)))
     rec = dict(rec, instruments={
         name: rec["instruments"][name].at[i].set(value)
         for name, value in scalars.items()})

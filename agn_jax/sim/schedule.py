@@ -3,8 +3,8 @@
 `EventSchedule` gives them from a time model (`agn_jax.sim.clock.TimeModel`),
 with their times; `ReplaySchedule` replays a given commit order. Pure numpy:
 the engine runs the numerics in the order these give. A commit is a
-`ScheduledCommit` as the clock sees it and a `CommitRecord` as the server
-saw it, once the simulation has applied it.
+`ScheduledCommit` as the clock sees it and a `Handled` as the server saw
+it, once the simulation has applied it.
 
 Example:
   >>> from agn_jax.sim.clock import TimeModel
@@ -25,6 +25,7 @@ import numpy as np
 from agn_jax.shares import Windows
 from agn_jax.sim.clock import TimeModel
 from agn_jax.sim.speeds import SPEED_MODEL_FORMS
+from agn_jax.wire import CommitMeta
 
 
 class ScheduledCommit(NamedTuple):
@@ -48,50 +49,40 @@ class ScheduledCommit(NamedTuple):
   barrier: bool = False
 
 
-class CommitRecord(NamedTuple):
-  """One commit as the server saw it.
+class Handled(NamedTuple):
+  """One commit as the server handled it, in the simulation.
 
   Attributes:
-    worker: the committing worker.
-    window: that worker's window index over its whole share (from 0).
+    meta: the commit's `agn_jax.wire.CommitMeta`, as a process worker would
+      have sent it, its times on the time model's clock (modeled seconds;
+      local steps of a speed-1 worker for the `none` cluster):
+      `meta.window_start` when the window's first step began, `meta.time`
+      when its last step was done (its i-th step, from 0, ends at
+      `window_start + (i + 1) (time − window_start) / λ`; the commit's
+      message and the server's queue come after it); `meta.clock` the clock
+      of the center the worker last pulled; `meta.local_updates` the
+      window's local steps (λ, or with Dynamic Local Updates the worker's
+      λ_k, or fewer in the last window of its share).
     clock: the server clock after the commit (unchanged if rejected).
-    staleness: server clock at the apply − clock of the center the worker
-      last pulled (as the process server counts it; for a rejected commit,
-      what it would have been).
-    loss: the window's mean training loss.
-    accuracy: the window's mean training accuracy (nan if the loss has none).
+    staleness: server clock at the apply − `meta.clock` (as the process
+      server counts it; for a rejected commit, what it would have been).
     rejected: the payload had a non-finite number and was not applied.
-    simulated_time: when the server had applied it, on the time model's
-      clock (modeled seconds; local steps of a speed-1 worker for the
-      `none` cluster).
+    simulated_time: when the server had applied it, on the same clock.
     round: the round it was applied in (from 0).
-    window_start: when the window's first step began, on the same clock.
-    step_accuracy: each local step's training accuracy (float32 values);
-      empty when the loss has none.
-    window_end: when the window's last step was done: its i-th step (from
-      0) ends at `window_start + (i + 1) (window_end − window_start) / λ`.
-      The commit's message and the server's queue come after it.
+    window: the worker's window index over its whole share (from 0).
     window_round: the round the window ran in (the commit's own or earlier).
-    local_updates: the window's local steps: λ, or with Dynamic Local
-      Updates the worker's λ_k (or fewer, in the last window of its share).
     instruments: with diagnostics, an applied commit's instruments,
       `{name: float}` (`agn_jax.instruments.SCALARS`, and `gradient_cosine`
       at every k-th commit; NaN where a cosine has no value); else None.
   """
-  worker: int
-  window: int
+  meta: CommitMeta
   clock: int
   staleness: int
-  loss: float
-  accuracy: float
   rejected: bool
   simulated_time: float
   round: int
-  window_start: float = 0.0
-  step_accuracy: Tuple[float, ...] = ()
-  window_end: float = 0.0
+  window: int = 0
   window_round: int = 0
-  local_updates: int = 0
   instruments: Optional[Dict[str, float]] = None
 
 

@@ -53,57 +53,24 @@ Example:
   (dtype('float32'), False)
 """
 
-from typing import (Any, Dict, Iterator, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
-from agn_jax import build, instruments, models, shares, strategies
+from agn_jax import build, models, shares, strategies, wire
 from agn_jax.config import SimulatedOptions
 from agn_jax.errors import check_rejected_in_a_row
-from agn_jax.flat import FlatLayout
 from agn_jax.shares import (Windows, local_updates,
                             shard_bounds, windows_per_worker)
 from agn_jax.sim import clock as clock_lib
 from agn_jax.sim import engine
-from agn_jax.sim.schedule import (CommitRecord, EventSchedule, ReplaySchedule,
+from agn_jax.sim.measuring import Measuring
+from agn_jax.sim.progress import Pending, Progress
+from agn_jax.sim.schedule import (EventSchedule, Handled, ReplaySchedule,
                                   ScheduledCommit)
-
-
-# The probe set of the gradient cosine: the first this many training examples.
-PROBE_EXAMPLES = 1000
-# Above this many parameters the instruments default to a 1 % subsample.
-SUBSAMPLE_ABOVE = 1_000_000
-
-
-def default_subsample(num_params: int) -> float:
-  """The share of the parameters the instruments use by default: 1 % above `SUBSAMPLE_ABOVE`, else all.
-
-  Example:
-    >>> default_subsample(1000), default_subsample(2_000_000)
-    (1.0, 0.01)
-  """
-  return 0.01 if num_params > SUBSAMPLE_ABOVE else 1.0
-
-
-class Pending(NamedTuple):
-  """A window that ran and awaits its commit: what its `CommitRecord` will say.
-
-  Attributes:
-    loss: the window's mean training loss.
-    accuracy: its mean training accuracy (nan if the loss has none).
-    step_accuracy: each local step's training accuracy.
-    round: the round the window ran in.
-    local_updates: its local steps.
-  """
-  loss: float
-  accuracy: float
-  step_accuracy: Tuple[float, ...]
-  round: int
-  local_updates: int
 
 
 class Simulation:
@@ -140,14 +107,15 @@ class Simulation:
     data_assignment: how the samples reach the workers
       (`agn_jax.shares.ASSIGNMENTS`).
     diagnostics: measure every applied commit with `agn_jax.instruments`
-      inside the round (`engine.Diagnostics`); each `CommitRecord` then
+      inside the round (`engine.Diagnostics`); each `Handled` then
       carries them (`instruments`). Off, the round is traced as without.
     diagnostics_subsample: with `diagnostics`, the share of the parameters
-      they are computed on (`instruments.Subsample.from_seed(seed, p,
-      fraction)`); None: `default_subsample(p)`; 1: every parameter.
+      they are computed on (`agn_jax.instruments.Subsample.from_seed(seed, p,
+      fraction)`); None: `measuring.default_subsample(p)`; 1: every
+      parameter.
     diagnostics_every: with `diagnostics`, the gradient cosine is taken at
       every k-th applied commit (the 1st, the (k+1)-th, ...), on the probe
-      set: the first `PROBE_EXAMPLES` training examples.
+      set: the first `measuring.PROBE_EXAMPLES` training examples.
 
   Raises:
     ValueError: one line, for a bad size, a time model of other workers or
@@ -162,7 +130,7 @@ class Simulation:
     ...                  {"w": jnp.zeros(3)}, np.ones((8, 3), np.float32),
     ...                  np.ones(8, np.float32), num_workers=2, batch_size=2,
     ...                  epochs=1.0)
-    >>> [(r.worker, r.staleness) for r in sim.run_round()]
+    >>> [(r.meta.worker, r.staleness) for r in sim.run_round()]
     [(0, 0), (1, 1)]
   """
 
@@ -243,16 +211,7 @@ class Simulation:
     self._set_devices(mesh, workers_per_call)
     self._set_state(loss_fn, initial_center, x_train, y_train)
 
-    # Host-side progress.
-    self._round = 0
-    self._num_commits = 0
-    self._rejected = 0
-    self._simulated_time = 0.0
-    self._windows_done = [0] * n  # Committed.
-    self._windows_run = [0] * n  # Computed: one more while a commit waits.
-    # A window that ran but is not committed yet.
-    self._pending: List[Optional[Pending]] = [None] * n
-    self._rejected_in_a_row = [0] * n
+    self._progress = Progress.start(n)
     self._samplers = self._fresh_samplers()
     self._messages = [0] * n  # This session's (not restored): `traffic`.
 
@@ -293,7 +252,7 @@ class Simulation:
       ...                      batch_size=4, epochs=0.2, backend="simulated",
       ...                      options=SimulatedOptions(speed_model="speeds:2,1"))
       >>> sim = Simulation.from_config(config, ds)
-      >>> [(r.worker, r.simulated_time) for r in sim.run_round()]
+      >>> [(r.meta.worker, r.simulated_time) for r in sim.run_round()]
       [(0, 1.0)]
       >>> loss, accuracy = sim.evaluate(ds.x_test, ds.y_test)
     """
@@ -356,13 +315,12 @@ class Simulation:
   def _set_state(self, loss_fn, initial_center, x_train, y_train) -> None:
     """The center, the server state, the stacked workers and the jitted round."""
     strategy, n = self.strategy, self.num_workers
-    self.layout = FlatLayout.from_tree(initial_center)
+    self.layout = wire.FlatLayout.from_tree(initial_center)
     center = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32),
                           initial_center)
-    self._keeps_pulled = (
-        not strategy.pull_before_commit and
-        engine.reads_center(strategy.worker_commit,
-                            strategy.init_worker(center), center))
+    # The workers keep the center they pulled where their commit reads it.
+    self._keeps_pulled = (not strategy.pull_before_commit and
+                          strategy.commit_reads_center)
     self._x = jax.device_put(x_train, self._replicated)
     self._y = jax.device_put(y_train, self._replicated)
     self._center = jax.device_put(center, self._replicated)
@@ -371,24 +329,13 @@ class Simulation:
     self._workers = engine.initial_workers(strategy, center, n,
                                            self._keeps_pulled, self._sharded)
     self._treedef = jax.tree.structure(self._arrays())
-    self.diagnostics = None
-    self._diagnostics_args = ()
+    self._measuring = None
     if self._diagnostics_settings is not None:
-      fraction, every = self._diagnostics_settings
-      if fraction is None:
-        fraction = default_subsample(self.layout.num_params)
-      if (isinstance(every, bool) or not isinstance(every, int) or
-          every < 1):
-        raise ValueError(f"diagnostics_every must be an integer >= 1, got "
-                         f"{every!r}")
-      subsample = (None if fraction >= 1 else instruments.Subsample.from_seed(
-          self.seed, self.layout.num_params, fraction))
-      self.diagnostics = engine.Diagnostics(subsample, every)
-      probe = min(PROBE_EXAMPLES, len(x_train))
-      self._probe = (jax.device_put(x_train[:probe], self._replicated),
-                     jax.device_put(y_train[:probe], self._replicated))
-      self._diagnostics_carry = engine.initial_diagnostics(
-          self.diagnostics, self._center, n, self._replicated)
+      self._measuring = Measuring(
+          *self._diagnostics_settings, seed=self.seed,
+          num_params=self.layout.num_params, x_train=x_train,
+          y_train=y_train, center=self._center, num_workers=n,
+          replicated=self._replicated)
     self._round_fn = engine.build_round(
         strategy, loss_fn, mesh=self.mesh, num_workers=n,
         workers_per_call=self.workers_per_call,
@@ -399,7 +346,7 @@ class Simulation:
     # Each commit is one message of `commit_bytes`, and the center its worker
     # receives with the reply (or pulls first, `pull_before_commit`) one of
     # `center_bytes`.
-    self.commit_bytes = strategy.commit_bytes(center)
+    self.commit_bytes = wire.commit_bytes(strategy, center)
     self.center_bytes = 4 * self.layout.num_params
 
   def _window_count(self, worker: int) -> int:
@@ -424,8 +371,8 @@ class Simulation:
       sampler = shares.sampler(self.data_assignment, self._num_examples,
                                self.num_workers, k, self.seed)
       # Where a restarted process worker resumes: its share so far, skipped.
-      sampler.skip(self.windows.steps_before(k, self._windows_run[k]) *
-                   self.batch_size)
+      steps = self.windows.steps_before(k, self._progress.windows_run[k])
+      sampler.skip(steps * self.batch_size)
       samplers.append(sampler)
     return samplers
 
@@ -460,21 +407,14 @@ class Simulation:
     }
 
   @property
-  def diagnostics_info(self) -> Optional[Dict[str, Any]]:
-    """How the instruments measure (None without `diagnostics`).
+  def diagnostics(self) -> Optional[engine.Diagnostics]:
+    """What the round's instruments measure (`engine.Diagnostics`), or None without `diagnostics`."""
+    return None if self._measuring is None else self._measuring.diagnostics
 
-    `subsample`: the share of the parameters they use (1.0: all, exact),
-    `subsample_size` its coordinates, `gradient_cosine_every` k and
-    `probe_examples` the probe set's size.
-    """
-    if self.diagnostics is None:
-      return None
-    sub = self.diagnostics.subsample
-    num_params = self.layout.num_params
-    size = num_params if sub is None else len(sub)
-    return {"subsample": size / num_params, "subsample_size": size,
-            "gradient_cosine_every": self.diagnostics.every,
-            "probe_examples": int(self._probe[0].shape[0])}
+  @property
+  def diagnostics_info(self) -> Optional[Dict[str, Any]]:
+    """How the instruments measure (`Measuring.info`); None without `diagnostics`."""
+    return None if self._measuring is None else self._measuring.info()
 
   def _plan(self) -> List[ScheduledCommit]:
     """The round's commits: the schedule's next ones, up to a worker's second."""
@@ -487,21 +427,22 @@ class Simulation:
       plan.append(self._schedule.pop())
       seen.add(commit.worker)
 
-  def run_round(self) -> List[CommitRecord]:
+  def run_round(self) -> List[Handled]:
     """Runs one round; returns its commits in the order the server applied them.
 
     Returns:
-      The round's `CommitRecord`s; `[]` once `done`.
+      The round's `Handled`s; `[]` once `done`.
 
     Raises:
       Diverged: a worker's commits were rejected `MAX_REJECTED_IN_A_ROW`
         times in a row (each time from a fresh start at the center).
     """
     n, lam, batch = self.num_workers, self.communication_window, self.batch_size
+    progress = self._progress
     # Every worker that holds its center runs its window now, whenever its
     # commit comes.
-    due = np.array([self._pending[k] is None and
-                    self._windows_run[k] < self._window_count(k)
+    due = np.array([progress.pending[k] is None and
+                    progress.windows_run[k] < self._window_count(k)
                     for k in range(n)])
     plan = self._plan()
     if not plan:
@@ -512,7 +453,7 @@ class Simulation:
     lengths = np.zeros(n, np.int32)
     order = np.zeros(n, np.int32)
     for k in np.flatnonzero(due):
-      samples = self._window_samples(k, self._windows_run[k])
+      samples = self._window_samples(k, progress.windows_run[k])
       length = len(samples) // batch
       lengths[k] = length
       indices[k, :length] = samples.reshape(length, batch)
@@ -523,20 +464,21 @@ class Simulation:
             jax.device_put(due, self._sharded),
             jax.device_put(lengths, self._sharded), order,
             np.int32(len(plan)), self._x, self._y)
-    if self.diagnostics is None:
+    measuring = self._measuring
+    if measuring is None:
       self._workers, self._center, self._server, out = self._round_fn(*args)
     else:
       (self._workers, self._center, self._server, out,
-       self._diagnostics_carry) = self._round_fn(
-           *args, self._diagnostics_carry, *self._probe)
+       measuring.carry) = self._round_fn(*args, measuring.carry,
+                                         *measuring.probe)
     out = jax.tree.map(np.asarray, out)
     clock, staleness, rejected = out.clock, out.staleness, out.rejected
     for k in np.flatnonzero(due):
-      self._pending[k] = Pending(
+      progress.pending[k] = Pending(
           loss=float(out.loss[k]), accuracy=float(out.accuracy[k]),
           step_accuracy=tuple(out.step_accuracy[k][:lengths[k]].tolist()),
-          round=self._round, local_updates=int(lengths[k]))
-      self._windows_run[k] += 1
+          round=progress.round, local_updates=int(lengths[k]))
+      progress.windows_run[k] += 1
     if rejected[:len(plan)].any():
       mask = np.zeros(n, bool)
       mask[order[:len(plan)][rejected[:len(plan)]]] = True
@@ -545,35 +487,33 @@ class Simulation:
     records = []
     for i, c in enumerate(plan):
       k = c.worker
-      ran = self._pending[k]
-      self._pending[k] = None
+      ran = progress.pending[k]
+      progress.pending[k] = None
       measured = None
-      if out.instruments is not None and not rejected[i]:
-        measured = {name: float(values[i])
-                    for name, values in out.instruments.items()}
-        # Taken at the commits applied at a server clock (before the
-        # apply) that is a multiple of k; absent from the others.
-        if (int(clock[i]) - 1) % self.diagnostics.every:
-          del measured[engine.GRADIENT_COSINE]
-      records.append(CommitRecord(
-          worker=k, window=self._windows_done[k], clock=int(clock[i]),
-          staleness=int(staleness[i]), loss=ran.loss,
-          accuracy=ran.accuracy, rejected=bool(rejected[i]),
-          simulated_time=float(c.applied), round=self._round,
+      if measuring is not None and not rejected[i]:
+        measured = measuring.of_commit(out.instruments, i, int(clock[i]))
+      applied = 0 if rejected[i] else 1
+      meta = wire.CommitMeta(
+          worker=k, clock=int(clock[i]) - applied - int(staleness[i]),
+          loss=ran.loss, accuracy=ran.accuracy, time=float(c.window_end),
           window_start=float(c.window_start),
-          step_accuracy=ran.step_accuracy, window_end=float(c.window_end),
-          window_round=ran.round, local_updates=ran.local_updates,
-          instruments=measured))
-      self._windows_done[k] += 1
+          step_accuracy=ran.step_accuracy, local_updates=ran.local_updates)
+      records.append(Handled(
+          meta, clock=int(clock[i]), staleness=int(staleness[i]),
+          rejected=bool(rejected[i]), simulated_time=float(c.applied),
+          round=progress.round, window=progress.windows_done[k],
+          window_round=ran.round, instruments=measured))
+      progress.windows_done[k] += 1
       self._messages[k] += 1
-      self._rejected += int(rejected[i])
-      self._rejected_in_a_row[k] = (self._rejected_in_a_row[k] + 1
-                                    if rejected[i] else 0)
-    self._round += 1
-    self._num_commits += len(plan)
-    self._simulated_time = max(self._simulated_time, records[-1].simulated_time)
+      progress.rejected += int(rejected[i])
+      progress.rejected_in_a_row[k] = (progress.rejected_in_a_row[k] + 1
+                                       if rejected[i] else 0)
+    progress.round += 1
+    progress.num_commits += len(plan)
+    progress.simulated_time = max(progress.simulated_time,
+                                  records[-1].simulated_time)
     for k in range(n):
-      check_rejected_in_a_row(self._rejected_in_a_row[k], worker=k,
+      check_rejected_in_a_row(progress.rejected_in_a_row[k], worker=k,
                               records=records)
     return records
 
@@ -589,8 +529,8 @@ class Simulation:
     """
     n, lam = self.num_workers, self.communication_window
     indices = np.zeros((n, lam, self.batch_size), np.int32)
-    extra = (() if self.diagnostics is None else
-             (self._diagnostics_carry,) + self._probe)
+    extra = (() if self._measuring is None else
+             (self._measuring.carry,) + self._measuring.probe)
     return self._round_fn.lower(
         self._workers, self._center, self._server,
         jax.device_put(indices, self._sharded),
@@ -598,7 +538,7 @@ class Simulation:
         jax.device_put(np.full(n, lam, np.int32), self._sharded),
         np.arange(n, dtype=np.int32), np.int32(n), self._x, self._y, *extra)
 
-  def __iter__(self) -> Iterator[List[CommitRecord]]:
+  def __iter__(self) -> Iterator[List[Handled]]:
     """Yields every remaining round's records until `done`."""
     while True:
       records = self.run_round()
@@ -634,7 +574,7 @@ class Simulation:
   @property
   def simulated_time(self) -> float:
     """When the last commit so far happened, on the time model's clock (0 before the first)."""
-    return self._simulated_time
+    return self._progress.simulated_time
 
   @property
   def expected_commits(self) -> Optional[int]:
@@ -646,18 +586,20 @@ class Simulation:
   @property
   def windows_run(self) -> int:
     """Windows computed so far, all workers together (committed or not)."""
-    return sum(self._windows_run)
+    return sum(self._progress.windows_run)
 
   def steps_done(self, worker: int) -> int:
     """Local steps of `worker`'s committed windows, a restored session's included."""
     if self._stream is not None:
-      return self._schedule.steps_before(worker, self._windows_done[worker])
-    return self.windows.steps_before(worker, self._windows_done[worker])
+      return self._schedule.steps_before(
+          worker, self._progress.windows_done[worker])
+    return self.windows.steps_before(worker,
+                                     self._progress.windows_done[worker])
 
   @property
   def oldest_waiting_round(self) -> Optional[int]:
     """The round of the oldest window that ran and awaits its commit (None: none)."""
-    rounds = [p.round for p in self._pending if p is not None]
+    rounds = [p.round for p in self._progress.pending if p is not None]
     return min(rounds) if rounds else None
 
   @property
@@ -692,18 +634,8 @@ class Simulation:
       `windows_run` windows; the speed draws are seeded per window.
     """
     meta = {
-        "round": self._round,
-        "num_commits": self._num_commits,
+        **self._progress.to_meta(),
         "clock": self.clock,
-        "rejected_commits": self._rejected,
-        "windows_done": list(self._windows_done),
-        "windows_run": list(self._windows_run),
-        "pending": [None if p is None else [p.loss, p.accuracy,
-                                            list(p.step_accuracy), p.round,
-                                            p.local_updates]
-                    for p in self._pending],
-        "rejected_in_a_row": list(self._rejected_in_a_row),
-        "simulated_time": self._simulated_time,
         "num_workers": self.num_workers,
         "schedule": self._schedule.state(),
         **self._describe_clock(),
@@ -746,22 +678,11 @@ class Simulation:
     self._workers = jax.device_put(arrays["workers"], self._sharded)
     self._center = jax.device_put(arrays["center"], self._replicated)
     self._server = jax.device_put(arrays["server_state"], self._replicated)
-    self._round = int(meta["round"])
-    self._num_commits = int(meta["num_commits"])
-    self._rejected = int(meta["rejected_commits"])
-    self._simulated_time = float(meta["simulated_time"])
-    self._windows_done = [int(w) for w in meta["windows_done"]]
-    self._windows_run = [int(w) for w in meta["windows_run"]]
-    self._pending = [None if p is None else Pending(
-        float(p[0]), float(p[1]), tuple(float(a) for a in p[2]), int(p[3]),
-        int(p[4]) if len(p) > 4 else self.communication_window)
-                     for p in meta["pending"]]
-    self._rejected_in_a_row = [int(w) for w in meta["rejected_in_a_row"]]
+    self._progress = Progress.from_meta(meta, self.communication_window)
     self._schedule.restore(meta["schedule"])
     self._samplers = self._fresh_samplers()
-    if self.diagnostics is not None:
+    if self._measuring is not None:
       # The instruments are not checkpointed: they start afresh at the
       # restored center (μ̂'s sums, the previous commit; each worker's
       # pulled center is taken to be this one).
-      self._diagnostics_carry = engine.initial_diagnostics(
-          self.diagnostics, self._center, self.num_workers, self._replicated)
+      self._measuring.reset(self._center)

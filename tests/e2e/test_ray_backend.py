@@ -27,7 +27,7 @@ from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import train
 from agn_jax.runtime.backends.ray import check_address
 from agn_jax.runtime.events import WorkerDone
-from agn_jax.runtime.transports.base import CommitMeta
+from agn_jax.wire import CommitMeta
 from agn_jax.runtime.transports.ray import RayTransport
 from helpers import (assert_one_line_error, metrics_rows, run_cli, tiny_config,
                      train_with_two_failures)

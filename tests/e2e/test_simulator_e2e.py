@@ -104,10 +104,10 @@ class DeterminismTest(absltest.TestCase):
     full_records = _run(full)
     self.assertGreater(len(full_records), 9)
     for r in full_records:  # λ = 2 steps of batch 4 each.
-      self.assertLen(r.step_accuracy, 2)
-      self.assertTrue(all(4 * a == int(4 * a) for a in r.step_accuracy))
-      self.assertAlmostEqual(np.mean(r.step_accuracy), r.accuracy, places=6)
-    orders = {tuple(r.worker for r in full_records[i:i + 3])
+      self.assertLen(r.meta.step_accuracy, 2)
+      self.assertTrue(all(4 * a == int(4 * a) for a in r.meta.step_accuracy))
+      self.assertAlmostEqual(np.mean(r.meta.step_accuracy), r.meta.accuracy, places=6)
+    orders = {tuple(r.meta.worker for r in full_records[i:i + 3])
               for i in range(0, len(full_records), 3)}
     self.assertGreater(len(orders), 1)  # Really random.
 

@@ -151,14 +151,14 @@ def test_a_simulated_stream_gives_fast_workers_more_and_spends_the_budget(
 
 def test_a_simulated_stream_is_deterministic_and_resumes_exactly():
   _, a = _stream_simulation("lognormal:1.0", seed=3, epochs=1.0)
-  first = [[(r.worker, r.staleness) for r in rnd] for rnd in a]
+  first = [[(r.meta.worker, r.staleness) for r in rnd] for rnd in a]
   _, b = _stream_simulation("lognormal:1.0", seed=3, epochs=1.0)
   for _ in range(3):
     b.run_round()
   saved = b.state()
   _, c = _stream_simulation("lognormal:1.0", seed=3, epochs=1.0)
   c.restore(saved)
-  rest = [[(r.worker, r.staleness) for r in rnd] for rnd in c]
+  rest = [[(r.meta.worker, r.staleness) for r in rnd] for rnd in c]
   assert first[3:] == rest
   np.testing.assert_array_equal(a.center(), c.center())
 

@@ -22,10 +22,9 @@ import pytest
 from agn_jax import strategies
 from agn_jax import TrainConfig, build, compression, data, get_strategy
 from agn_jax.config import ProcessesOptions, SimulatedOptions, field_error
-from agn_jax.flat import FlatLayout
-from agn_jax.runtime import backend as backend_lib
+from agn_jax import wire as wire_lib
+from agn_jax.wire import CommitMeta, FlatLayout, wire_bytes
 from agn_jax.runtime.server import server_apply_fn
-from agn_jax.runtime.transports.base import CommitMeta, wire_bytes
 from agn_jax.runtime.transports.inprocess import InProcessTransport
 from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 from agn_jax.runtime.worker import worker_functions
@@ -188,9 +187,9 @@ def test_adag_compresses_its_delta_only():
                                   compression.parse("bf16"))
   center = {"w": jnp.full(3, 0.1)}
   payload, _ = s.worker_commit(s.init_worker(center), center)
-  wire = s.pack(payload)
+  wire = wire_lib.pack(s, payload)
   assert [a.dtype for a in wire] == [jnp.uint16, jnp.float32]
-  back = s.unpack(wire, center)
+  back = wire_lib.unpack(s, wire, center)
   np.testing.assert_array_equal(back["stale_center"]["w"], center["w"])
 
 
@@ -222,12 +221,12 @@ def test_none_sends_the_float32_vectors_the_layout_ravels():
   layout = FlatLayout.from_tree(tree)
   payload = {"delta": jax.tree.map(lambda a: a * 0.3, tree),
              "stale_center": tree}
-  wire = s.pack(payload)
+  wire = wire_lib.pack(s, payload)
   for vector, key in zip(wire, s.payload):
     np.testing.assert_array_equal(vector, layout.ravel_numpy(payload[key]))
-  back = s.unpack(wire, tree)
+  back = wire_lib.unpack(s, wire, tree)
   jax.tree.map(np.testing.assert_array_equal, back, payload)
-  assert backend_lib.wire_of(s, layout) == ((9, "<f4"), (9, "<f4"))
+  assert wire_lib.wire_of(s, layout) == ((9, "<f4"), (9, "<f4"))
 
 
 def _digits_sim(compress, epochs=4.0, seed=0):
@@ -332,7 +331,7 @@ def _wire_payload(wire, seed=0):
 def test_transports_carry_a_compressed_commit_bit_for_bit(name):
   s = build.build_strategy(TrainConfig(commit_compression=name))
   layout = FlatLayout.from_tree({"w": np.zeros((50, 41), np.float32)})
-  wire = backend_lib.wire_of(s, layout)
+  wire = wire_lib.wire_of(s, layout)
   p = layout.num_params
   payload = _wire_payload(wire)
   meta = CommitMeta(0, 0, 0.5, 0.5, 0.0)

@@ -18,7 +18,7 @@ import pytest
 from agn_jax import TrainConfig, build, instruments
 from agn_jax.config import SimulatedOptions
 from agn_jax.data import load
-from agn_jax.flat import FlatLayout
+from agn_jax.wire import FlatLayout
 from agn_jax.runtime import train
 from agn_jax.runtime import events
 from agn_jax.sim.simulation import Simulation
@@ -97,7 +97,7 @@ def test_each_commit_against_numpy_on_the_center_trajectory(digits, fraction):
     assert not record.rejected and record.clock == t + 1
     before, after = path[t], path[t + 1]
     step = after - before  # AGN adds the commit as sent: Δ = step.
-    moved = before - pulled[record.worker]
+    moved = before - pulled[record.meta.worker]
     if previous_step is not None:
       cross += step @ previous_step
       square += previous_step @ previous_step
@@ -117,7 +117,7 @@ def test_each_commit_against_numpy_on_the_center_trajectory(digits, fraction):
     # for the first, then the earlier commits' steps.
     assert (got["distance_staleness"] > 0) == (t > 0)
     assert ("gradient_cosine" in got) == (t % every == 0)
-    pulled[record.worker] = after
+    pulled[record.meta.worker] = after
     previous_step = step
   # μ̂ is a regression slope, not 0 or a cosine: a positive momentum here.
   assert 0 < records[-1].instruments["implicit_momentum"] < 1

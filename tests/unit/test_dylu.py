@@ -24,7 +24,8 @@ from agn_jax.data import load
 from agn_jax.runtime import train
 from agn_jax.runtime.context import Faults, Slowdown
 from agn_jax.runtime.server import WindowPlanner
-from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
+from agn_jax.runtime.transports.base import WindowPlan
+from agn_jax.wire import CommitMeta
 from agn_jax.shares import Windows, local_updates, windows_per_worker
 from agn_jax.sim.clock import TimeModel
 from agn_jax.sim.simulation import Simulation
@@ -159,11 +160,11 @@ def test_simulated_agn_with_local_updates_matches_numpy():
   sim = _linear_sim(speeds, lam, epochs=8.0)
   assert sim.local_updates == _by_hand(lam, speeds) == (4, 3)
   records = [r for rr in sim for r in rr]
-  assert [(r.worker, r.local_updates) for r in records] == [
+  assert [(r.meta.worker, r.meta.local_updates) for r in records] == [
       (0, 4), (1, 3), (0, 4), (1, 3), (1, 2)]
   # The clock times each window by its own steps at its worker's speed.
   np.testing.assert_allclose(
-      [r.window_end - r.window_start for r in records],
+      [r.meta.time - r.meta.window_start for r in records],
       [4.0, 3 / 0.7, 4.0, 3 / 0.7, 2 / 0.7], rtol=1e-9)
   assert [r.staleness for r in records] == [0, 1, 1, 1, 0]
 
@@ -219,12 +220,12 @@ def test_per_worker_speeds_give_the_formula_and_keep_the_data_budget(digits):
   a = [r for rr in plain for r in rr]
   b = [r for rr in dynamic for r in rr]
   for k, lam_k in enumerate(dynamic.local_updates):
-    steps = [r.local_updates for r in b if r.worker == k]
+    steps = [r.meta.local_updates for r in b if r.meta.worker == k]
     assert sum(steps) == share * 6 == sum(
-        r.local_updates for r in a if r.worker == k)
+        r.meta.local_updates for r in a if r.meta.worker == k)
     assert steps[:-1] == [lam_k] * (len(steps) - 1)
     assert len(steps) == -(-share * 6 // lam_k)
-    assert len(b[0].step_accuracy) == b[0].local_updates
+    assert len(b[0].meta.step_accuracy) == b[0].meta.local_updates
 
 
 def test_a_restored_simulation_continues_exactly(digits):
@@ -236,8 +237,8 @@ def test_a_restored_simulation_continues_exactly(digits):
   second = Simulation.from_config(config, digits)
   second.restore(first.state())
   records += [r for rr in second for r in rr]
-  assert [(r.worker, r.local_updates, r.staleness) for r in records] == [
-      (r.worker, r.local_updates, r.staleness) for r in expected]
+  assert [(r.meta.worker, r.meta.local_updates, r.staleness) for r in records] == [
+      (r.meta.worker, r.meta.local_updates, r.staleness) for r in expected]
   np.testing.assert_array_equal(second.center(), whole.center())
 
 

@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agn_jax import TrainConfig, flat, get_strategy, models, strategies
+from agn_jax import TrainConfig, get_strategy, models, strategies, wire
 from agn_jax.config import ProcessesOptions, SimulatedOptions
 from agn_jax.data.dataset import make_dataset
 from agn_jax.runtime import train
@@ -68,7 +68,7 @@ def _replay(config, dataset, commits, share=0.5):
   import jax  # pylint: disable=g-import-not-at-top
   initial = models.init_params(model, jax.random.PRNGKey(config.seed),
                                FEATURES)
-  layout = flat.FlatLayout.from_tree(initial)
+  layout = wire.FlatLayout.from_tree(initial)
   p = initial["params"]
   centers = [tuple((np.float64(p[k]["bias"]), np.float64(p[k]["kernel"]))
                    for k in ("Dense_0", "Dense_1"))]
@@ -194,7 +194,7 @@ def test_a_pull_first_strategy_receives_the_center_its_commit_used(tmp_path):
     import jax  # pylint: disable=g-import-not-at-top
     initial = models.init_params(model, jax.random.PRNGKey(config.seed),
                                  FEATURES)
-    layout = flat.FlatLayout.from_tree(initial)
+    layout = wire.FlatLayout.from_tree(initial)
     p = initial["params"]
     start = tuple((np.float64(p[k]["bias"]), np.float64(p[k]["kernel"]))
                   for k in ("Dense_0", "Dense_1"))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from agn_jax import instruments
-from agn_jax.flat import FlatLayout
+from agn_jax.wire import FlatLayout
 from agn_jax.instruments import (MomentumEstimate, Subsample,
                                  commit_instruments)
 

@@ -23,6 +23,7 @@ from agn_jax import metric_writers
 from agn_jax.config import TrainConfig
 from agn_jax.runtime import events as ev
 from agn_jax.runtime.bookkeeping import RunBook
+from agn_jax.wire import CommitMeta
 from experiments import flags as flags_lib
 from experiments import sweep
 
@@ -40,10 +41,12 @@ def _session(book, clocks, shift=0.0, eval_every=4, final=12):
   book.start_training()
   t0 = time.time()
   for clock in clocks:
+    meta = CommitMeta(worker=clock % 2, clock=clock - 1 - STALENESS[clock - 1],
+                      loss=1.0 / clock + shift, accuracy=clock / 13 + shift,
+                      time=t0 + 0.01 * clock)
     book.handle(ev.Committed(
-        time=t0 + 0.01 * clock, worker=clock % 2, clock=clock,
-        staleness=STALENESS[clock - 1], loss=1.0 / clock + shift,
-        accuracy=clock / 13 + shift, sim_time=0.25 * clock + shift))
+        time=t0 + 0.01 * clock, meta=meta, clock=clock,
+        staleness=STALENESS[clock - 1], sim_time=0.25 * clock + shift))
     if clock % eval_every == 0:
       book.handle(ev.Evaluated(
           time=t0 + 0.01 * clock + 0.005, clock=clock,

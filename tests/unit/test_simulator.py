@@ -108,7 +108,7 @@ class ScheduleTest(parameterized.TestCase):
     while not sim.done:
       records += sim.run_round()
       centers.append(_flat(sim.center_tree()))
-    self.assertEqual([r.worker for r in records], ref.SCHEDULE)
+    self.assertEqual([r.meta.worker for r in records], ref.SCHEDULE)
     self.assertEqual([r.staleness for r in records], ref_stalenesses)
     self.assertEqual([r.clock for r in records],
                      list(range(1, len(ref.SCHEDULE) + 1)))
@@ -126,11 +126,11 @@ class ScheduleTest(parameterized.TestCase):
     sim = _quadratic_sim(_strategy(name), ref.NUM_WORKERS, x,
                          commit_order=ref.SCHEDULE, workers_per_call=3)
     rounds = list(sim)
-    self.assertEqual([[r.worker for r in rs] for rs in rounds],
+    self.assertEqual([[r.meta.worker for r in rs] for rs in rounds],
                      [[0, 1, 2], [0], [0, 2, 1], [1, 0, 2]])
     records = [r for rs in rounds for r in rs]
     self.assertEqual([r.staleness for r in records], ref_stalenesses)
-    self.assertEqual([r.window for r in records if r.worker == 0],
+    self.assertEqual([r.window for r in records if r.meta.worker == 0],
                      [0, 1, 2, 3])
     np.testing.assert_allclose(sim.center(), ref_centers[-1], rtol=2e-5,
                                atol=2e-6)
@@ -157,17 +157,17 @@ class CommitOrderTest(parameterized.TestCase):
     sim = _quadratic_sim(_strategy("agn", window=2), n, x)
     records = _run(sim)
     self.assertLen(records, 3 * n)
-    self.assertEqual([r.worker for r in records], list(range(n)) * 3)
+    self.assertEqual([r.meta.worker for r in records], list(range(n)) * 3)
     self.assertEqual([r.staleness for r in records[:n]], list(range(n)))
     self.assertEqual({r.staleness for r in records[n:]}, {n - 1})
     # The step counter: every worker's window of λ = 2 steps ends at 2, 4,
     # 6, and messages and the server take no time.
     times = np.repeat([2.0, 4.0, 6.0], n)
     np.testing.assert_allclose([r.simulated_time for r in records], times)
-    np.testing.assert_allclose([r.window_end for r in records], times)
-    np.testing.assert_allclose([r.window_start for r in records], times - 2)
+    np.testing.assert_allclose([r.meta.time for r in records], times)
+    np.testing.assert_allclose([r.meta.window_start for r in records], times - 2)
     # The quadratic loss has no accuracy: no step accuracies.
-    self.assertEqual({r.step_accuracy for r in records}, {()})
+    self.assertEqual({r.meta.step_accuracy for r in records}, {()})
 
   def test_speeds(self):
     # Worker 0 is twice as fast as worker 1; each has 20 windows.
@@ -178,14 +178,14 @@ class CommitOrderTest(parameterized.TestCase):
                          time_model=_model(strategy, 2, "speeds:2,1"))
     records = _run(sim)
     both = [r for r in records if r.simulated_time <= 20.0]  # 0 finishes.
-    self.assertEqual(sum(r.worker == 0 for r in both), 20)
-    self.assertEqual(sum(r.worker == 1 for r in both), 10)
+    self.assertEqual(sum(r.meta.worker == 0 for r in both), 20)
+    self.assertEqual(sum(r.meta.worker == 1 for r in both), 10)
     self.assertLen(records, 40)
     for k, speed in ((0, 2.0), (1, 1.0)):
-      times = [r.simulated_time for r in records if r.worker == k]
+      times = [r.simulated_time for r in records if r.meta.worker == k]
       np.testing.assert_allclose(times, 2 * np.arange(1, 21) / speed)
       # Each window starts where the worker's previous one ended.
-      starts = [r.window_start for r in records if r.worker == k]
+      starts = [r.meta.window_start for r in records if r.meta.worker == k]
       np.testing.assert_allclose(starts, 2 * np.arange(20) / speed)
     times = [r.simulated_time for r in records]
     self.assertEqual(times, sorted(times))
@@ -193,7 +193,7 @@ class CommitOrderTest(parameterized.TestCase):
     # Worker 1's windows wait for their commits while worker 0 commits
     # twice: each ran in the round before its commit.
     self.assertTrue(any(r.window_round < r.round for r in records
-                        if r.worker == 1))
+                        if r.meta.worker == 1))
 
   def test_lognormal_speeds_masked_and_vmapped(self):
     # A seeded spread; k = 1 (masked workers skipped) and k = n (masked
@@ -211,12 +211,12 @@ class CommitOrderTest(parameterized.TestCase):
     speeds = sim.info["time_model"]["worker_speeds"]
     self.assertLen(set(speeds), n)
     (r1, c1), (r2, c2) = runs
-    self.assertEqual([r.worker for r in r1], [r.worker for r in r2])
+    self.assertEqual([r.meta.worker for r in r1], [r.meta.worker for r in r2])
     self.assertEqual([r.staleness for r in r1], [r.staleness for r in r2])
     np.testing.assert_allclose(c1, c2, rtol=1e-6, atol=1e-7)
     self.assertGreater(len({r.round for r in r1}), 6)  # Some rounds masked.
     fastest = int(np.argmax(speeds))
-    self.assertEqual(r1[0].worker, fastest)
+    self.assertEqual(r1[0].meta.worker, fastest)
 
 
 class ClockTest(absltest.TestCase):
@@ -235,14 +235,14 @@ class ClockTest(absltest.TestCase):
     sim = _quadratic_sim(strategy, n, x, time_model=_model(
         strategy, n, step=0.5, commit=0.1, pull=0.3, apply=0.2))
     records = _run(sim)
-    self.assertEqual([r.worker for r in records], list(range(n)) * 3)
+    self.assertEqual([r.meta.worker for r in records], list(range(n)) * 3)
     self.assertEqual([r.staleness for r in records[n:]], [n - 1] * 2 * n)
     first = [1.1 + 0.2 * (k + 1) for k in range(n)]
     np.testing.assert_allclose([r.simulated_time for r in records[:n]], first)
     second_start = [t + 0.3 for t in first]
-    np.testing.assert_allclose([r.window_start for r in records[n:2 * n]],
+    np.testing.assert_allclose([r.meta.window_start for r in records[n:2 * n]],
                                second_start)
-    np.testing.assert_allclose([r.window_end for r in records[n:2 * n]],
+    np.testing.assert_allclose([r.meta.time for r in records[n:2 * n]],
                                [t + 1.0 for t in second_start])
     # Worker k's second commit arrives at 1.1 + 0.2 (k + 1) + 1.4; the
     # server is free by then (the queue of the first round is over at 1.9).
@@ -267,7 +267,7 @@ class ClockTest(absltest.TestCase):
     self.assertGreater(max(staleness), 2 * n - 2)
     # The server's staleness is the one the order implies.
     from agn_jax.sim import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
-    order = [schedule_lib.ScheduledCommit(r.worker, r.window, 0, 0, 0, 0)
+    order = [schedule_lib.ScheduledCommit(r.meta.worker, r.window, 0, 0, 0, 0)
              for r in records]
     self.assertEqual(staleness, schedule_lib.staleness_of(order, n))
     times = [r.simulated_time for r in records]
@@ -282,7 +282,7 @@ class ClockTest(absltest.TestCase):
         np.float32)
     sim = _quadratic_sim(strategy, n, x,
                          time_model=_model(strategy, n, "random:1.0"))
-    workers = [r.worker for r in _run(sim)]
+    workers = [r.meta.worker for r in _run(sim)]
     self.assertTrue(any(a == b for a, b in zip(workers, workers[1:])))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agn_jax.runtime.transports import shm
-from agn_jax.runtime.transports.base import CommitHeader, CommitMeta
+from agn_jax.wire import CommitMeta
 from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 
 NUM_PARAMS = 200_000  # Big enough that a copy takes a while.
@@ -100,20 +100,20 @@ def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
   child.start()
   seen, slots = [], set()
   for _ in values:
-    header = transport.next_slot(timeout=30)
-    assert header is not None and header.worker == 7
-    payload = transport.slot(header.slot)
+    commit = transport.next_commit(timeout=30)
+    assert commit is not None and commit.meta.worker == 7
+    header, payload = commit.meta, commit.payload
     assert payload.shape == (2, 1000)
     assert np.all(payload == payload[0, 0])
     value = float(payload[0, 0])
     seen.append(value)
     # The metadata of this very commit came along, step accuracies exact.
-    assert header[2:6] == (int(value), 1 / value, value / 16, value + 0.5)
+    assert header[1:5] == (int(value), 1 / value, value / 16, value + 0.5)
     assert header.window_start == (None if value == 3 else value - 0.25)
     assert header.step_accuracy.dtype == np.float32
     np.testing.assert_array_equal(header.step_accuracy, _steps(value))
-    slots.add(header.slot)
-    transport.free_slot(header.slot)
+    slots.add(commit.handle)
+    transport.free_slot(commit.handle)
   child.join()
   assert child.exitcode == 0
   assert seen == values  # FIFO, and a 2-slot ring carried 10 commits.

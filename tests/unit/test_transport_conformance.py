@@ -22,7 +22,8 @@ from agn_jax.runtime.backends import processes
 from agn_jax.runtime.transports import channels
 from agn_jax.runtime.transports import inprocess
 from agn_jax.runtime.transports import shm
-from agn_jax.runtime.transports.base import CommitMeta, WindowPlan
+from agn_jax.runtime.transports.base import WindowPlan
+from agn_jax.wire import CommitMeta
 from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 
 

@@ -358,11 +358,9 @@ def _measure_here(s: Dict[str, Any]) -> Dict[str, Any]:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from agn_jax import build  # pylint: disable=g-import-not-at-top
   from agn_jax.config import TrainConfig  # pylint: disable=g-import-not-at-top
-  from agn_jax.flat import FlatLayout  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.transports import shm  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime.backend import wire_of  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.server import server_apply_fn  # pylint: disable=g-import-not-at-top
-  from agn_jax.runtime.transports.base import wire_bytes  # pylint: disable=g-import-not-at-top
+  from agn_jax.wire import FlatLayout, wire_bytes, wire_of  # pylint: disable=g-import-not-at-top
   from agn_jax.runtime.worker import worker_functions  # pylint: disable=g-import-not-at-top
 
   run = dict(s["run"], learning_rate=s["learning_rate"])

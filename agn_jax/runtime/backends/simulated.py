@@ -194,19 +194,19 @@ class SimulatedBackend(backend_lib.Backend):
     for r in records:
       sim_time = float(r.simulated_time)
       if r.rejected:
-        self.book.handle(ev.Rejected(now, r.worker, r.clock, sim_time))
+        self.book.handle(ev.Rejected(now, r.meta.worker, r.clock, sim_time))
       else:
-        # The window ran during its round, this one or an earlier one.
+        # The window ran during its round, this one or an earlier one: its
+        # wall times are the round's; its modeled ones are the meta's.
         ran = self._round_walls.get(r.window_round, (started, now))
+        meta = r.meta._replace(
+            window_start=ran[0], time=ran[1],
+            local_updates=(r.meta.local_updates
+                           if sim.dynamic_local_updates else 0))
         self.book.handle(ev.Committed(
-            now, r.worker, r.clock, r.staleness, r.loss, r.accuracy, sim_time,
-            window_start=ran[0], window_end=ran[1],
-            step_accuracy=ev.step_values(r.step_accuracy),
-            sim_window_start=float(r.window_start),
-            sim_window_end=float(r.window_end),
-            local_updates=(r.local_updates if sim.dynamic_local_updates
-                           else None),
-            **(r.instruments or {})))
+            now, meta, r.clock, r.staleness, sim_time,
+            sim_window_start=float(r.meta.window_start),
+            sim_window_end=float(r.meta.time), instruments=r.instruments))
     # Only the rounds whose windows still await their commits are kept.
     oldest = self.sim.oldest_waiting_round
     for key in [k for k in self._round_walls

@@ -7,41 +7,12 @@ server loop or the worker loop.
 """
 
 import abc
-import time
-from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
 from agn_jax.runtime.events import WorkerDone
-
-
-class CommitMeta(NamedTuple):
-  """What travels with a commit's payload, whatever the backend.
-
-  Attributes:
-    worker: the committing worker's index.
-    clock: the server clock of the center the worker last pulled: the one
-      its window started from, or the one it pulled just before the commit
-      (`Strategy.pull_before_commit`); staleness is `clock at apply − clock`.
-    loss: the worker's mean local loss over the window.
-    accuracy: the worker's mean local accuracy over the window.
-    time: `time.time()` when the window's steps were done (the worker
-      commits right after).
-    window_start: `time.time()` when the window's first step was
-      dispatched, or None.
-    step_accuracy: the training accuracy of each of the window's λ local
-      steps, in order (float32); empty when the loss has no accuracy.
-    local_updates: the window's local steps (its λ_k with Dynamic Local
-      Updates); 0: not said, λ.
-  """
-  worker: int
-  clock: int
-  loss: float
-  accuracy: float
-  time: float
-  window_start: Optional[float] = None
-  step_accuracy: Sequence[float] = ()
-  local_updates: int = 0
+from agn_jax.wire import CommitMeta, Wire
 
 
 class WindowPlan(NamedTuple):
@@ -65,41 +36,6 @@ class WindowPlan(NamedTuple):
   ticket_steps: int = 0
 
 
-Wire = Tuple[Tuple[int, str], ...]
-
-
-def wire_spec(num_params: int, payload_size: int,
-              wire: Optional[Sequence] = None) -> Wire:
-  """Each flat array of a commit as `(length, dtype)`: `wire`, or by default `payload_size` float32 vectors of `num_params`.
-
-  With `--commit_compression` a commit is its codec's arrays
-  (`Strategy.wire_spec`, `backend.Plan.wire`), of other lengths and dtypes.
-
-  Example:
-    >>> wire_spec(3, 2)
-    ((3, '<f4'), (3, '<f4'))
-    >>> wire_spec(3, 2, [(3, "|i1"), (1, "<f4")])
-    ((3, '|i1'), (1, '<f4'))
-  """
-  if wire is None:
-    return ((int(num_params), np.dtype(np.float32).str),) * int(payload_size)
-  wire = tuple((int(n), np.dtype(d).str) for n, d in wire)
-  if len(wire) != payload_size:
-    raise ValueError(f"a wire of {len(wire)} arrays for a payload of "
-                     f"{payload_size}")
-  return wire
-
-
-def wire_bytes(wire: Wire) -> int:
-  """Bytes of one commit of this wire.
-
-  Example:
-    >>> wire_bytes(((3, "|i1"), (1, "<f4")))
-    7
-  """
-  return sum(n * np.dtype(d).itemsize for n, d in wire)
-
-
 class Commit(NamedTuple):
   """A commit as the server takes it: its meta and its payload, one flat array per `Transport.wire` entry.
 
@@ -109,19 +45,6 @@ class Commit(NamedTuple):
   meta: CommitMeta
   payload: np.ndarray
   handle: Any = None
-
-
-class CommitHeader(NamedTuple):
-  """The shared-memory ring's header of a commit: its slot and its `CommitMeta` fields."""
-  slot: int
-  worker: int
-  clock: int
-  loss: float
-  accuracy: float
-  time: float
-  window_start: Optional[float] = None
-  step_accuracy: Sequence[float] = ()
-  local_updates: int = 0
 
 
 Message = Union[Commit, WorkerDone]
@@ -137,9 +60,9 @@ class Transport(abc.ABC):
   Attributes:
     num_params: length of the flat float32 center.
     payload_size: flat arrays per commit (`len(wire)`).
-    wire: each array's `(length, dtype)` (`wire_spec`): float32 vectors of
-      `num_params`, one per entry of `strategy.payload`, or a codec's
-      arrays with `--commit_compression`.
+    wire: each array's `(length, dtype)` (`agn_jax.wire.wire_spec`):
+      float32 vectors of `num_params`, one per entry of `strategy.payload`,
+      or a codec's arrays with `--commit_compression`.
   """
 
   num_params: int

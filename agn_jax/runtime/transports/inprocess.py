@@ -6,7 +6,7 @@ the real loops on threads over them.
 
 Example:
   >>> import numpy as np
-  >>> from agn_jax.runtime.transports.base import CommitMeta
+  >>> from agn_jax.wire import CommitMeta
   >>> t = InProcessTransport(num_params=2, payload_size=1, num_workers=1,
   ...                        capacity=1)
   >>> t.publish(np.ones(2, np.float32), clock=0)
@@ -28,7 +28,8 @@ import numpy as np
 
 from agn_jax.runtime import events as ev
 from agn_jax.runtime.transports import channels
-from agn_jax.runtime.transports.base import Commit, Transport, wire_spec
+from agn_jax.runtime.transports.base import Commit, Transport
+from agn_jax.wire import wire_spec
 from agn_jax.runtime.transports.board import CommitBoard
 
 

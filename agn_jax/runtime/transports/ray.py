@@ -14,7 +14,7 @@ Ray is imported on first use, never when this module is: a user without Ray
 still imports the runtime.
 
 Example (with Ray initialized; the conformance suite runs these classes):
-  >>> from agn_jax.runtime.transports.base import CommitMeta
+  >>> from agn_jax.wire import CommitMeta
   >>> t = RayTransport.create(num_params=2, payload_size=1, num_workers=1,
   ...                         capacity=1)  # doctest: +SKIP
   >>> t.publish(np.ones(2, np.float32), clock=0)  # doctest: +SKIP
@@ -35,9 +35,9 @@ import numpy as np
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import events as ev
 from agn_jax.runtime.transports import channels
-from agn_jax.runtime.transports.base import (Commit, Transport, WindowPlan,
-                                             wire_spec)
+from agn_jax.runtime.transports.base import Commit, Transport, WindowPlan
 from agn_jax.runtime.transports.board import CommitBoard
+from agn_jax.wire import wire_spec
 
 _SWITCH_SECONDS = 0.02  # How stale a part's view of an unset switch may be.
 

@@ -13,9 +13,8 @@ import numpy as np
 
 from agn_jax.runtime.events import WorkerDone
 from agn_jax.runtime.transports import shm
-from agn_jax.runtime.transports.base import (Commit, CommitHeader, CommitMeta,
-                                             Transport, Wire, WindowPlan,
-                                             wire_spec)
+from agn_jax.runtime.transports.base import Commit, Transport, WindowPlan
+from agn_jax.wire import CommitMeta, Wire, wire_spec
 
 
 # Header words of the center segment.
@@ -248,13 +247,6 @@ class SharedMemoryTransport(Transport):
       h[_VERSION + b] += 1  # Even again: complete.
     h[_ACTIVE] = b
 
-  def next_commit(self, timeout):
-    message = self.next_slot(timeout)
-    if not isinstance(message, CommitHeader):
-      return message
-    meta = CommitMeta(*message[1:])
-    return Commit(meta, self._slots[message.slot], message.slot)
-
   def release(self, commit):
     # Acknowledge before freeing: once no slot of a worker is in flight, its
     # counter is final (a restarted worker reads it as its progress).
@@ -271,13 +263,13 @@ class SharedMemoryTransport(Transport):
     view = self._slots[slot]
     for i, vector in enumerate(payload):
       np.copyto(view[i], np.asarray(vector))
-    self.queue_slot(CommitHeader(slot, *meta))
+    self.queue_slot(slot, meta)
     return True
 
   # The ring itself: what `commit` and `next_commit` are made of.
 
-  def next_slot(self, timeout) -> Optional[Union[CommitHeader, WorkerDone]]:
-    """The oldest QUEUED slot's header (now APPLYING), a `WorkerDone`, or None after `timeout`."""
+  def next_commit(self, timeout) -> Optional[Union[Commit, WorkerDone]]:
+    """The oldest QUEUED slot's `Commit` (now APPLYING; its payload the slot's views, its handle the slot), a `WorkerDone`, or None after `timeout`."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
       # Done marks first: a worker queues its last commit before it marks
@@ -289,10 +281,11 @@ class SharedMemoryTransport(Transport):
         self._phase[i] = _APPLYING
         loss, accuracy, when, start = self._floats[:, i]
         steps = self._steps[i, :int(self._steps_count[i])].copy()
-        return CommitHeader(i, int(self._owner[i]), int(self._clock[i]),
-                            float(loss), float(accuracy), float(when),
-                            None if np.isnan(start) else float(start), steps,
-                            int(self._local_updates[i]))
+        meta = CommitMeta(int(self._owner[i]), int(self._clock[i]),
+                          float(loss), float(accuracy), float(when),
+                          None if np.isnan(start) else float(start), steps,
+                          int(self._local_updates[i]))
+        return Commit(meta, self._slots[i], i)
       new = np.flatnonzero((done != 0) & ~self._reported)
       if new.size:
         w = int(new[0])
@@ -373,17 +366,17 @@ class SharedMemoryTransport(Transport):
       time.sleep(pause)
       pause = min(pause * 2, 1e-3)
 
-  def queue_slot(self, header: CommitHeader) -> None:
-    """Hands a filled slot to the server, behind every slot queued before it."""
-    i = header.slot
-    steps = np.asarray(header.step_accuracy, np.float32).reshape(-1)
-    self._clock[i] = header.clock
-    self._local_updates[i] = header.local_updates
+  def queue_slot(self, slot: int, meta: CommitMeta) -> None:
+    """Hands filled `slot` with its commit's `meta` to the server, behind every slot queued before it."""
+    i = slot
+    steps = np.asarray(meta.step_accuracy, np.float32).reshape(-1)
+    self._clock[i] = meta.clock
+    self._local_updates[i] = meta.local_updates
     self._steps_count[i] = steps.size
     self._steps[i, :steps.size] = steps
-    self._floats[:, i] = (header.loss, header.accuracy, header.time,
-                          np.nan if header.window_start is None else
-                          header.window_start)
+    self._floats[:, i] = (meta.loss, meta.accuracy, meta.time,
+                          np.nan if meta.window_start is None else
+                          meta.window_start)
     with shm.flocked(self._ring_lock):
       self._seq[i] = self._next_seq[0]
       self._next_seq[0] += 1

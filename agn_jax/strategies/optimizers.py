@@ -1,0 +1,223 @@
+"""The local and server optimizers the config names: `--worker_optimizer`, `--server_optimizer`, and Delayed Nesterov.
+
+Example:
+  >>> make_server_optimizer("none") is None
+  True
+  >>> WORKER_OPTIMIZERS[:2]
+  ('adam', 'sgd')
+"""
+
+import inspect
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+# The factories below and `make_*_optimizer` check the arguments they use,
+# as optax's do: they are public (`get_strategy`), and a caller without a
+# `TrainConfig` has nothing else to name a bad value. A config's values were
+# checked already, by `TrainConfig.validate`.
+def check_positive(**values):
+  """Raises ValueError (one line) naming the first of `values` that is not > 0."""
+  for key, value in values.items():
+    if not value > 0:
+      raise ValueError(f"{key} must be > 0, got {value!r}")
+
+
+
+# The local optimizers `--worker_optimizer` names.
+WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adagrad")
+
+
+def make_worker_optimizer(name: str, learning_rate: float,
+                          momentum: float = 0.9) -> optax.GradientTransformation:
+  """The local optimizer named by `--worker_optimizer`: one of `WORKER_OPTIMIZERS`.
+
+  `momentum` is heavy-ball momentum, `nesterov` Nesterov's (as optax
+  writes it: on the look-ahead point, see `nesterov_anchor`); both use
+  `momentum`. `adagrad` is optax's (initial accumulator 0.1), the
+  optimizer of dist-keras' workflow notebook.
+  """
+  check_positive(learning_rate=learning_rate)
+  if name == "adam":
+    return optax.adam(learning_rate)
+  if name == "sgd":
+    return optax.sgd(learning_rate)
+  if name == "momentum":
+    return optax.sgd(learning_rate, momentum=momentum)
+  if name == "nesterov":
+    return optax.sgd(learning_rate, momentum=momentum, nesterov=True)
+  if name == "adagrad":
+    return optax.adagrad(learning_rate)
+  raise ValueError(f"worker_optimizer must be one of "
+                   f"{', '.join(WORKER_OPTIMIZERS)}, got {name!r}")
+
+
+class DelayedNesterovState(NamedTuple):
+  """State of `delayed_nesterov`.
+
+  Attributes:
+    count: updates since the last momentum update, in `[0, every)` (int32).
+    momentum: `m`, the momentum of the averaged pseudo-gradients.
+    accumulated: `b`, the sum of the pseudo-gradients since the last
+      momentum update (the paper's `Δ`).
+  """
+
+  count: jax.Array
+  momentum: optax.Updates
+  accumulated: optax.Updates
+
+
+def _check_every(every) -> None:
+  if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+    raise ValueError(f"server_every must be an integer >= 1, got {every!r}")
+
+
+def delayed_nesterov(learning_rate: float, momentum: float = 0.9,
+                     every: int = 1) -> optax.GradientTransformation:
+  """Delayed Nesterov (DN): the outer momentum moves once every `every` commits.
+
+  For the pseudo-gradient `g_t` of the t-th update (t = 1, 2, ...), with
+  `ε` = `learning_rate`, `β` = `momentum`, `N` = `every` and the buffer
+  `b` (the paper's `Δ`), `m = b = 0` at the start:
+
+      b ← b + g_t
+      if t mod N = 0:   m ← β m + b / N;   θ ← θ − ε (β m + g_t / N);   b ← 0
+      else:             θ ← θ − ε g_t / N
+
+  Every update applies its own pseudo-gradient at once, scaled by `1/N`;
+  every N-th one also applies the Nesterov correction `β m` of a momentum
+  that saw the mean of the last N pseudo-gradients. Over N updates the
+  parameters move by `−ε (mean(g) + β m)`: one Nesterov step on the mean,
+  with the momentum updated once, not once per (stale) commit. With
+  `N = 1` it is Nesterov SGD exactly, `optax.sgd(ε, β, nesterov=True)`.
+
+  Source: the DN update of Liu, Douillard et al. 2024 (arXiv:2401.09135),
+  as the HALoS authors transcribe the paper's pseudocode
+  (`utnslab/halos`, `src/halos/opt.py`, `DelayedNesterovOptimizer`): at
+  the N-th update `θ ← θ − ε ((1 − cN + c) β m + g_t / N)`, between them
+  `θ ← θ − ε (c β m + g_t / N)`, with `c` the pseudocode's "momentum
+  activation"; DN proper is `c = 0`, the formula above (a second
+  implementation, Forgather's, agrees). The public toy notebook
+  `google-deepmind/asyncdiloco` has only a simpler variant (`delayed_sgd`:
+  sum N pseudo-gradients, then one outer step), not DN.
+
+  Like every optax transformation it takes gradients and returns updates
+  to add: on the server (`server_rule`) the pseudo-gradient is the negated
+  increment, `−Δ` for AGN's commit `Δ` (the paper's worker sends
+  `θ_start − θ_end`, the same sign).
+
+  Args:
+    learning_rate: `ε`, > 0.
+    momentum: `β`, in [0, 1).
+    every: `N`, updates between momentum updates, an integer >= 1.
+
+  Returns:
+    An `optax.GradientTransformation` with a `DelayedNesterovState`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from agn_jax.strategies import delayed_nesterov
+    >>> tx = delayed_nesterov(1.0, momentum=0.5, every=2)
+    >>> state = tx.init(jnp.zeros(1))
+    >>> u1, state = tx.update(jnp.ones(1), state)  # −g/2
+    >>> u2, state = tx.update(jnp.ones(1), state)  # −(g/2 + β m), m = 1
+    >>> u1, u2
+    (Array([-0.5], dtype=float32), Array([-1.], dtype=float32))
+
+  References:
+    Liu, Douillard, Kale, Rusu, Shen, Szlam, Ranzato, `Asynchronous Local-SGD
+    Training for Language Modeling <https://arxiv.org/abs/2401.09135>`_,
+    2024.
+  """
+  if not learning_rate > 0:
+    raise ValueError(f"server_learning_rate must be > 0, got {learning_rate!r}")
+  if not 0 <= momentum < 1:
+    raise ValueError(f"server_momentum must be in [0, 1), got {momentum!r}")
+  _check_every(every)
+
+  def init_fn(params):
+    # Two trees of zeros, not one twice: a donated state must not alias.
+    return DelayedNesterovState(jnp.zeros([], jnp.int32),
+                                optax.tree_utils.tree_zeros_like(params),
+                                optax.tree_utils.tree_zeros_like(params))
+
+  def update_fn(updates, state, params=None):
+    del params
+    milestone = state.count == every - 1
+    accumulated = jax.tree.map(lambda a, g: a + g, state.accumulated, updates)
+    moment = jax.tree.map(
+        lambda m, a: jnp.where(milestone, momentum * m + a / every,
+                               m).astype(m.dtype),
+        state.momentum, accumulated)
+    new_updates = jax.tree.map(
+        lambda g, m: (-learning_rate * (g / every + jnp.where(
+            milestone, momentum * m, jnp.zeros_like(m)))).astype(g.dtype),
+        updates, moment)
+    accumulated = jax.tree.map(
+        lambda a: jnp.where(milestone, jnp.zeros_like(a), a), accumulated)
+    count = jnp.where(milestone, 0, state.count + 1).astype(jnp.int32)
+    return new_updates, DelayedNesterovState(count, moment, accumulated)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+# The DiLoCo-style outer optimizers `--server_optimizer` names. Each builder's
+# parameters are the settings that optimizer reads: the one declaration that
+# building it (`make_server_optimizer`), the config's choices and help, and
+# the summary line of `experiments.train` read (`SERVER_OPTIMIZER_SETTINGS`).
+_SERVER_OPTIMIZERS: Dict[str, Callable[..., Optional[
+    optax.GradientTransformation]]] = {
+    "none": lambda: None,
+    "sgd": lambda server_learning_rate: optax.sgd(server_learning_rate),
+    "nesterov": lambda server_learning_rate, server_momentum: optax.sgd(
+        server_learning_rate, momentum=server_momentum, nesterov=True),
+    "delayed_nesterov": (
+        lambda server_learning_rate, server_momentum, server_every:
+        delayed_nesterov(server_learning_rate, server_momentum, server_every)),
+}
+SERVER_OPTIMIZERS = tuple(_SERVER_OPTIMIZERS)
+# server optimizer -> the settings it reads, e.g. nesterov:
+# (server_learning_rate, server_momentum).
+SERVER_OPTIMIZER_SETTINGS: Dict[str, Tuple[str, ...]] = {
+    name: tuple(inspect.signature(build).parameters)
+    for name, build in _SERVER_OPTIMIZERS.items()}
+
+
+def server_optimizers_using(setting: str) -> Tuple[str, ...]:
+  """The server optimizers that read `setting` (`SERVER_OPTIMIZER_SETTINGS`).
+
+  Example:
+    >>> server_optimizers_using("server_momentum")
+    ('nesterov', 'delayed_nesterov')
+    >>> SERVER_OPTIMIZER_SETTINGS["sgd"]
+    ('server_learning_rate',)
+  """
+  return tuple(name for name, used in SERVER_OPTIMIZER_SETTINGS.items()
+               if setting in used)
+
+
+def make_server_optimizer(name: str, learning_rate: float = 0.7,
+                          momentum: float = 0.9, every: int = 1
+                         ) -> Optional[optax.GradientTransformation]:
+  """The outer optimizer named by `--server_optimizer`: one of `SERVER_OPTIMIZERS`.
+
+  DiLoCo's own setting is `nesterov` with learning rate 0.7 and momentum 0.9.
+  `delayed_nesterov` (Liu, Douillard et al. 2024, see `delayed_nesterov`)
+  updates its momentum once every `every` commits (`--server_every`). Each
+  is given only the settings it reads (`SERVER_OPTIMIZER_SETTINGS`); all
+  three are checked whatever the optimizer, as the config checks them.
+  """
+  _check_every(every)
+  if name not in _SERVER_OPTIMIZERS:
+    raise ValueError(f"server_optimizer must be one of "
+                     f"{', '.join(SERVER_OPTIMIZERS)}, got {name!r}")
+  if name == "none":
+    return None
+  check_positive(server_learning_rate=learning_rate)
+  settings = dict(server_learning_rate=learning_rate,
+                  server_momentum=momentum, server_every=every)
+  return _SERVER_OPTIMIZERS[name](**{
+      k: settings[k] for k in SERVER_OPTIMIZER_SETTINGS[name]})
