@@ -33,7 +33,7 @@ DIM = 784  # MNIST-shaped inputs: the paper MLP.
 
 
 def _config(args, train_size, diagnostics):
-  from agn_jax.config import SimulatedOptions, TrainConfig  # pylint: disable=g-import-not-at-top
+  from agn_jax.config import TrainConfig  # pylint: disable=g-import-not-at-top
   # Just over `rounds` windows per worker.
   epochs = ((args.rounds * args.window * args.batch + 0.5) * args.workers /
             train_size)
@@ -42,10 +42,8 @@ def _config(args, train_size, diagnostics):
       communication_window=args.window, dataset="synthetic", model="mlp",
       hidden_sizes=tuple(args.hidden), batch_size=args.batch, epochs=epochs,
       worker_optimizer="adam", learning_rate=1e-3, seed=0,
-      backend="simulated",
-      options=SimulatedOptions(
-          diagnostics=diagnostics, diagnostics_subsample=args.subsample,
-          diagnostics_every=args.every))
+      backend="simulated", diagnostics=diagnostics,
+      diagnostics_subsample=args.subsample, diagnostics_every=args.every)
 
 
 def main(argv=None):

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from agn_jax import TrainConfig, build, instruments
-from agn_jax.config import SimulatedOptions
 from agn_jax.data import load
 from agn_jax.wire import FlatLayout
 from agn_jax.runtime import train
@@ -56,10 +55,8 @@ def _trajectory(digits, subsample=None, every=3, num_workers=3, commits=10):
   config = TrainConfig(
       strategy="agn", num_workers=num_workers, communication_window=2,
       dataset="digits", hidden_sizes=(16,), batch_size=16, epochs=1.0,
-      learning_rate=3e-2, seed=3, backend="simulated",
-      options=SimulatedOptions(diagnostics=True,
-                               diagnostics_subsample=subsample,
-                               diagnostics_every=every))
+      learning_rate=3e-2, seed=3, backend="simulated", diagnostics=True,
+      diagnostics_subsample=subsample, diagnostics_every=every)
   order = [[k % num_workers] for k in range(commits)]
   sim = Simulation.from_config(config, digits, commit_order=order)
   centers, records = [sim.center()], []
