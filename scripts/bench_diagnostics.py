@@ -14,7 +14,9 @@ at most 1.15). Measured on a busy 2-core CPU (2026-12-03), paper MLP,
 n = 2, λ = 4, batch 32, 11 rounds: 1.26 with `--every 10` and 1.07 with
 `--every 1000`: with such short windows the probe's forward and backward
 pass (1,000 examples every 10 commits, against 128 training samples per
-commit) is most of the cost; it shrinks in proportion to λ · batch.
+commit) is most of the cost; it shrinks in proportion to λ · batch: at the
+paper's λ = 40, batch 128 (`--window 40 --batch 128 --rounds 7 --size
+20000`, load 7–9) it was 1.030.
 A quick check of the script itself:
 
     python scripts/bench_diagnostics.py --workers 2 --window 2 --batch 16 \
