@@ -256,9 +256,10 @@ class LanguageModelTask(NamedTuple):
 
   Attributes:
     name: the dataset's name.
-    load_dataset: `load_dataset(data_dir=None, *, size=None, seed=0) ->
-      Dataset` of int32 `[N, seq_len]` windows (`seed` is unused: the split
-      is fixed).
+    load_dataset: `load_dataset(data_dir=None, *, size=None, seed=0,
+      **kwargs) -> Dataset` of int32 `[N, seq_len]` windows; `seed` is
+      unused (the split is fixed), `kwargs` go to
+      `shakespeare.load_shakespeare` (`indexes`, `download`, `timeout`).
     create_model: `create_model() -> Transformer`.
     init_params: `init_params(model, rng) -> variables`.
     loss: `loss(model.apply) -> loss_fn(params, (x, y)) -> (loss, {"accuracy",

