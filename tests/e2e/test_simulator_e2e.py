@@ -173,7 +173,10 @@ _SHARDED = textwrap.dedent("""
       runs = []
       for mesh in (None, Mesh(np.array(jax.devices()[:1]), ("workers",))):
         sim = Simulation.from_config(config, ds, mesh=mesh)
-        records = [list(r) for rs in sim for r in rs]
+        records = [[r.meta.worker, r.window, r.clock, r.staleness,
+                    r.meta.loss, r.meta.accuracy, r.rejected,
+                    r.simulated_time, r.round, r.window_round]
+                   for rs in sim for r in rs]
         runs.append({"info": sim.info, "records": records,
                      "center": sim.center().tolist(),
                      "evaluation": sim.evaluate(ds.x_test, ds.y_test)})
