@@ -239,12 +239,7 @@ def test_rq5_rule_gives_the_thesis_whole_table_its_own_answer():
 
 
 def test_every_research_question_has_its_section_in_an_empty_study(tmp_path):
-  p = design.preset("cpu")
-  books = runner.Study(str(tmp_path / "study"))
-  path = sections.write(sections.Context.build(
-      p, books, str(tmp_path / "out"), ("thesis", 5.0)))
-  with open(path) as f:
-    text = f.read()
+  text = report_without_runs("cpu", tmp_path)
   overview = section(text, "Research questions")
   for k in range(1, 6):
     part = section(text, f"RQ{k}:")
@@ -349,13 +344,17 @@ def test_beyond_verdicts_of_missing_runs_and_codecs():
   assert beyond.codec_verdict(_figures(0.964), plain) == "not supported"
 
 
-def test_a_beyond_study_without_runs_reports_only_its_section(tmp_path):
-  p = design.preset("beyond")
+def report_without_runs(name, tmp_path):
+  """REPORT.md of a `name` study none of whose runs has run."""
   books = runner.Study(str(tmp_path / "study"))
   path = sections.write(sections.Context.build(
-      p, books, str(tmp_path / "out"), ("thesis", 5.0)))
+      design.preset(name), books, str(tmp_path / "out"), ("thesis", 5.0)))
   with open(path) as f:
-    text = f.read()
+    return f.read()
+
+
+def test_a_beyond_study_without_runs_reports_only_its_section(tmp_path):
+  text = report_without_runs("beyond", tmp_path)
   titles = re.findall(r"^## (.*)$", text, re.M)
   assert titles == ["Beyond the paper: Delayed Nesterov, Dynamic Local "
                     "Updates and compressed commits", "Compute ledger"]

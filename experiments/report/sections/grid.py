@@ -14,8 +14,8 @@ from experiments.report import thesis
 from experiments.report.sections import (CANNOT_TELL, FAILS, HOLDS,
                                          NOT_RUN_YET, Answer, Context,
                                          answer_lines, duration,
-                                         estimate_text, heading, num, pct,
-                                         pyplot, runs_line, save, table)
+                                         estimate_text, heading, pct, pyplot,
+                                         runs_line, save, table)
 
 Cell = Tuple[int, int]
 RQ, TITLE = "RQ5", "AGN and AEASGD across n and λ"
@@ -384,6 +384,11 @@ def verdict(standings: List[str]) -> str:
   return CANNOT_TELL
 
 
+def drops_verdict(found: Dict[int, Tuple[int, int, float, float]]) -> str:
+  """`verdict` of `drops`' λ."""
+  return verdict([robustness(a, b) for _, _, a, b in found.values()])
+
+
 def _said(found: Dict[int, Tuple[int, int, float, float]]) -> str:
   return "; ".join(
       f"at λ = {l}, from n = {lo} to {hi}: AGN {-100 * a:+.2f} points, "
@@ -411,11 +416,8 @@ def answer(ctx: Context) -> Answer:
   if len(theirs) == len(cells):
     found = drops(theirs)
     detail += (f" The thesis' table at the same cells: {_said(found)}, so "
-               "by the same rule its own answer "
-               + verdict([robustness(a, b) for _, _, a, b in found.values()])
-               + ".")
-  return Answer(verdict([robustness(a, b) for _, _, a, b in ours.values()]),
-                detail)
+               f"by the same rule its own answer {drops_verdict(found)}.")
+  return Answer(drops_verdict(ours), detail)
 
 
 def _plot_rq5(ctx: Context, cells: Dict[Cell, Dict[str, object]]
