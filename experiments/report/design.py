@@ -32,6 +32,8 @@ REFERENCE, BASELINE = "agn", "aeasgd"
 # of the study committed before it.
 GRID, DOWNPOUR, ABLATION, DILOCO = "grid", "downpour", "ablation", "diloco"
 SENSITIVITY, NORMALIZATION, DYNSGD = "sensitivity", "normalization", "dynsgd"
+# RQ2 and RQ4: the mechanism, measured commit by commit (`--diagnostics`).
+MECHANISM = "mechanism"
 # The thesis' setting: each epoch a fresh random 1/n slice of the data per
 # worker (dist-keras' repartition), and the speed model fitted to the
 # thesis' staleness histogram (scripts/fit_cluster.py, before any run).
@@ -69,14 +71,30 @@ THESIS_ALPHA = "alpha0.05"  # The variant name of a run at the thesis' α.
 # Each cell the report shows holds at least this many windows per worker
 # (the paper's grid had at least 11).
 MIN_WINDOWS = 5
+# Every section that owns runs, in the order `--sections` and the ledger list
+# them.
+RUN_SECTIONS = (GRID, DOWNPOUR, NORMALIZATION, MECHANISM, DYNSGD, ABLATION,
+                DILOCO, SENSITIVITY, BEYOND)
+# The mechanism section's methods: AGN normalized and not (both at the
+# section's λ), and DOWNPOUR, a commit after every local step (λ = 1: AGN
+# and DOWNPOUR are then the same rule), all with Adam 1e-3.
+MECHANISM_METHODS = (NORMALIZED, UNNORMALIZED, "downpour")
+# Its two commit orders, by speed model: the thesis' fitted cluster (the
+# grid's setting) and every worker equally fast (round robin: τ = n − 1
+# after the first round), both with epoch slices, so that only the order of
+# the commits differs.
+MECHANISM_SETTINGS = {
+    THESIS_SPEEDS: THESIS_SETTING,
+    ROUND_ROBIN: (f"--data_assignment={THESIS_ASSIGNMENT}",
+                  "--speed_model=constant")}
 
 
 class RunSpec(NamedTuple):
   """One training run of the study.
 
   Attributes:
-    section: the section that owns it (`GRID`, `DOWNPOUR`, `ABLATION`,
-      `DILOCO`); its runs live in `<study_dir>/<section>/<name>`.
+    section: the section that owns it (one of `RUN_SECTIONS`); its runs
+      live in `<study_dir>/<section>/<name>`.
     strategy: the strategy's registry name.
     num_workers: n.
     communication_window: λ.
@@ -135,6 +153,8 @@ class Preset(NamedTuple):
       `gap_cell`).
     layers: weight layers of the model, for λ ≈ (n + layers) / 2.
     platform: the `--platform` its runs ask for (None: JAX's default).
+    mechanism: the design of its mechanism section's runs (RQ2, RQ4), or
+      None.
   """
   name: str
   description: str
@@ -148,6 +168,7 @@ class Preset(NamedTuple):
   platform: Optional[str] = None
   gap_cell: Optional[Tuple[int, int]] = None
   headline_seeds: Optional[int] = None
+  mechanism: Optional["Mechanism"] = None
 
   @property
   def grid_cells(self) -> Tuple[Tuple[int, int], ...]:
@@ -246,6 +267,41 @@ def evaluation_flags(run: RunSpec, train_examples: int,
   return (f"--eval_every_rounds={max(1, windows // EVALUATIONS)}",)
 
 
+class Mechanism(NamedTuple):
+  """The mechanism section's runs (RQ2 and RQ4), every one with `--diagnostics`.
+
+  RQ2's sweep runs each of `MECHANISM_METHODS` at every n of `workers` in
+  the thesis' setting (the fitted cluster); at the largest n the methods of
+  `round_robin` run again with every worker equally fast. RQ4 runs the
+  methods at `cosine_workers` with `cosine_seeds` seeds, the first of them
+  the sweep's own run. Every run has the same budget, `epochs`, and no
+  checkpoint: the instruments are not checkpointed, so a run interrupted
+  midway starts again whole (a few minutes) rather than resume with μ̂
+  restarted.
+
+  Attributes:
+    workers: the sweep's n.
+    window: λ of AGN normalized and not (DOWNPOUR commits every step).
+    epochs: each run's epochs' worth of data, split over its n workers.
+    round_robin: the methods that also run under round robin at the
+      largest n.
+    cosine_workers: n of RQ4's cell (one of `workers`).
+    cosine_seeds: RQ4's seeds.
+    probe_steps: local steps (over all workers) between two gradient-cosine
+      probes: `--diagnostics_every` is `probe_steps / λ` commits, so a run
+      of any λ probes as often per sample.
+    budget: why this budget, for the report.
+  """
+  workers: Tuple[int, ...]
+  window: int
+  epochs: float
+  round_robin: Tuple[str, ...]
+  cosine_workers: int
+  cosine_seeds: int
+  probe_steps: int
+  budget: str = ""
+
+
 class Extras(NamedTuple):
   """The sections of the verdicts issue beside the grid, as a preset runs them.
 
@@ -255,11 +311,78 @@ class Extras(NamedTuple):
     downpour_optimizers: DOWNPOUR's sweep, (optimizer, learning rate).
     normalization: (n, the λ's, epochs) of RQ1's normalization ablation.
     dynsgd_cells: grid cells where DynSGD runs beside AGN and AEASGD.
+    mechanism: the runs of RQ2 and RQ4 (None: none).
   """
   sensitivity_cells: Tuple[Tuple[int, int], ...] = ()
   downpour_optimizers: Tuple[Tuple[str, float], ...] = DOWNPOUR_OPTIMIZERS
   normalization: Optional[Tuple[int, Tuple[int, ...], float]] = None
   dynsgd_cells: Tuple[Tuple[int, int], ...] = ()
+  mechanism: Optional[Mechanism] = None
+
+
+def mechanism_runs(m: Mechanism, base: Tuple[str, ...]) -> Tuple[RunSpec, ...]:
+  """The mechanism section's runs: RQ2's sweep, its round robin, RQ4's seeds.
+
+  `base` is the preset's flags before the setting (the flagfile, and the
+  grid's platform flags). A run's name says its method (the variant of an
+  AGN run, the strategy of DOWNPOUR's) and, under round robin, its setting.
+
+  >>> m = Mechanism((2, 4), 2, 1.0, (NORMALIZED,), 2, 2, 4)
+  >>> [r.name for r in mechanism_runs(m, ())]  # doctest: +NORMALIZE_WHITESPACE
+  ['agn-n2-l2-s0-normalized', 'agn-n2-l2-s0-unnormalized', 'downpour-n2-l1-s0',
+   'agn-n4-l2-s0-normalized', 'agn-n4-l2-s0-unnormalized', 'downpour-n4-l1-s0',
+   'agn-n4-l2-s0-normalized-round_robin', 'agn-n2-l2-s1-normalized',
+   'agn-n2-l2-s1-unnormalized', 'downpour-n2-l1-s1']
+  """
+  def run(method, n, seed, setting):
+    strategy, window, variant = (
+        ("downpour", 1, "") if method == "downpour" else
+        (REFERENCE, m.window, method))
+    if setting == ROUND_ROBIN:
+      variant = "-".join(filter(None, (variant, ROUND_ROBIN)))
+    flags = base + MECHANISM_SETTINGS[setting] + (
+        "--diagnostics",
+        f"--diagnostics_every={max(1, m.probe_steps // window)}",
+        "--nocheckpoints")
+    if strategy == REFERENCE:
+      flags += ("--normalization="
+                + ("window" if method == NORMALIZED else "none"),)
+    return RunSpec(MECHANISM, strategy, n, window, seed, m.epochs, flags,
+                   variant)
+
+  runs = [run(method, n, 0, THESIS_SPEEDS)
+          for n in m.workers for method in MECHANISM_METHODS]
+  runs += [run(method, max(m.workers), 0, ROUND_ROBIN)
+           for method in m.round_robin]
+  runs += [run(method, m.cosine_workers, seed, THESIS_SPEEDS)
+           for seed in range(1, m.cosine_seeds)
+           for method in MECHANISM_METHODS]
+  return tuple(runs)
+
+
+def mechanism_method(run: RunSpec) -> str:
+  """Which of `MECHANISM_METHODS` a mechanism run is, from its flags."""
+  if run.strategy != REFERENCE:
+    return run.strategy
+  return (NORMALIZED if _flag_value(run.flags, "normalization") == "window"
+          else UNNORMALIZED)
+
+
+def mechanism_spec(p: "Preset", method: str, n: int, setting: str,
+                   seed: int = 0) -> Optional[RunSpec]:
+  """The preset's mechanism run of a method, n, commit order and seed, or None."""
+  for run in p.section_runs(MECHANISM):
+    if ((run.num_workers, run.seed) == (n, seed) and
+        mechanism_method(run) == method and
+        mechanism_setting(run) == setting):
+      return run
+  return None
+
+
+def mechanism_setting(run: RunSpec) -> str:
+  """A mechanism run's key in `MECHANISM_SETTINGS`, from its speed model."""
+  return (THESIS_SPEEDS if _flag_value(run.flags, "speed_model") ==
+          THESIS_SPEEDS else ROUND_ROBIN)
 
 
 def downpour_variant(optimizer: str, learning_rate: float) -> str:
@@ -285,11 +408,12 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                      headline_seeds: Optional[int] = None,
                      setting: Tuple[str, ...] = THESIS_SETTING,
                      extras: Extras = Extras()) -> Preset:
-  """A preset's runs: the grid, DOWNPOUR's sweep, the ablations, DynSGD and DiLoCo.
+  """A preset's runs: the grid and every section beside it.
 
   The grid, DOWNPOUR, the normalization ablation and DynSGD run with
   `setting` added (the thesis' data assignment and fitted speeds); the
-  sensitivity section, the commit-order ablation and DiLoCo without it.
+  sensitivity section, the commit-order ablation and DiLoCo without it;
+  the mechanism's runs in each of `MECHANISM_SETTINGS`.
   `gap_epochs` is the budget of the gap cell's runs (default: the
   ablation's); `ablation_alpha=False` varies AEASGD's α only at the gap
   cell, where it is expected to matter most; `headline_seeds` (default
@@ -336,6 +460,9 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
             thesis_base + grid_flags + (f"--normalization={how}",), variant)))
   for cell in extras.dynsgd_cells:
     runs.append(grid_run(DYNSGD, "dynsgd", cell, 0, thesis_base + grid_flags))
+  if extras.mechanism:
+    runs += [evaluated(r) for r in mechanism_runs(extras.mechanism,
+                                                  base + grid_flags)]
   # One cell at a reduced budget: the commit order (round robin, random
   # speeds, real processes) for both strategies, and AEASGD's α.
   n, l = ablation_cell
@@ -386,14 +513,19 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   unstable = [c for c in cells if c[0] == 4 * c[1]][:1]
   first = [r for c in [cells[0]] + unstable for r in runs
            if r.section == GRID and r.cell == c and r.seed == 0]
-  cheap = [r for r in runs if r.section in (DOWNPOUR, NORMALIZATION)]
+  # The mechanism's runs are cheap below the grid's budget (cpu), and come
+  # late at the grid's own (paper).
+  cheap = [r for r in runs if r.section in (DOWNPOUR, NORMALIZATION) or
+           (r.section == MECHANISM and r.epochs < epochs)]
   rest = [r for r in runs if r.section == GRID and r not in first]
   rest.sort(key=lambda r: r.seed)
-  late = [r for r in runs if r.section in (DYNSGD, ABLATION, DILOCO)]
+  late = [r for r in runs if r.section in (DYNSGD, ABLATION, DILOCO) or
+          (r.section == MECHANISM and r not in cheap)]
   last = [r for r in runs if r.section == SENSITIVITY]
   return Preset(name, description, tuple(first + cheap + rest + late + last),
                 tuple(workers), tuple(windows), seeds, train_examples,
-                ablation_cell, layers, platform, gap, headline_seeds)
+                ablation_cell, layers, platform, gap, headline_seeds,
+                extras.mechanism)
 
 
 def beyond_runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
@@ -441,6 +573,39 @@ CPU_CELLS = ((40, 40), (10, 10), (10, 40), (25, 25), (40, 10), (40, 20),
              (20, 15))
 
 
+# RQ2 and RQ4 on this CPU, about an hour (18 runs of 5 epochs, 5.4 M
+# samples): n = 10, 20, 40 at λ = 10, so n = 40 is the thesis' unstable
+# cell, at the smallest budget that leaves it 5 windows a worker (RQ1's
+# budget too); the three methods again under round robin there; RQ4 at
+# n = 10, λ = 10 with 3 seeds. A gradient-cosine probe (a forward and
+# backward pass over 1,000 examples, about 8 local steps' work) every 50
+# local steps gives about 47 probes a run.
+CPU_MECHANISM = Mechanism(
+    workers=(10, 20, 40), window=10, epochs=5.0,
+    round_robin=MECHANISM_METHODS, cosine_workers=10, cosine_seeds=3,
+    probe_steps=50,
+    budget="about an hour of this 2-core CPU: the study's runs train "
+    "1,500–1,900 samples per CPU second, and the instruments add about 30 % "
+    "CPU time to DOWNPOUR's commit-every-step runs (measured here on one "
+    "epoch at n = 10) and less at λ = 10; 5 epochs is the smallest whole "
+    "budget that leaves each of 40 workers the report's 5 windows at "
+    "λ = 10, and RQ1's budget too. The unstable cell is thus seen over the "
+    "first 5 of the thesis' 40 epochs (the grid's own 40-epoch run of it "
+    "has no instruments)")
+# On one GPU: also n = 30, and every run at the paper's full 40 epochs, so
+# the unstable cell is seen over its whole run.
+PAPER_MECHANISM = CPU_MECHANISM._replace(
+    workers=(10, 20, 30, 40), epochs=40.0,
+    budget="the paper's full 40 epochs, so the unstable cell is seen over "
+    "its whole run, on one GPU")
+# The test's shrink, 7 runs: two n, one method under round robin, RQ4 on
+# the sweep's own runs (one seed: its interval is left to unit tests).
+QUICK_MECHANISM = Mechanism(
+    workers=(2, 4), window=2, epochs=1.0, round_robin=(NORMALIZED,),
+    cosine_workers=2, cosine_seeds=1, probe_steps=4,
+    budget="the test's shrink, seconds a run")
+
+
 def preset(name: str) -> Preset:
   """The preset's study.
 
@@ -475,7 +640,8 @@ def preset(name: str) -> Preset:
         # cell runs on the CPU, real processes and simulator alike.
         ablation_flags=("--platform=cpu",),
         extras=Extras(normalization=(10, (5, 10, 20), 5.0),
-                      dynsgd_cells=((40, 40), (10, 10))))
+                      dynsgd_cells=((40, 40), (10, 10)),
+                      mechanism=PAPER_MECHANISM))
   if name == "cpu":
     return _grid_and_extras(
         name, "seven cells of the paper's grid at its full budget in the "
@@ -485,7 +651,8 @@ def preset(name: str) -> Preset:
         60000, 4, gap_epochs=5.0, ablation_alpha=False, headline_seeds=3,
         extras=Extras(sensitivity_cells=CPU_CELLS[:5],
                       normalization=(10, (5, 10, 20), 5.0),
-                      dynsgd_cells=((40, 40), (10, 10))))
+                      dynsgd_cells=((40, 40), (10, 10)),
+                      mechanism=CPU_MECHANISM))
   if name == "beyond":
     cells = ((40, 40), (40, 10))
     return Preset(
@@ -504,7 +671,8 @@ def preset(name: str) -> Preset:
         (2, 4), 1438, 2,
         extras=Extras(sensitivity_cells=((2, 2),),
                       downpour_optimizers=(("adam", 1e-3), ("sgd", 1e-2)),
-                      normalization=(2, (2,), 1.0), dynsgd_cells=((2, 2),)))
+                      normalization=(2, (2,), 1.0), dynsgd_cells=((2, 2),),
+                      mechanism=QUICK_MECHANISM))
     return p._replace(runs=p.runs + beyond_runs(quick_base, [(4, 2)], 4.0,
                                                 ("int8",)))
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")

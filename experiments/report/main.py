@@ -23,9 +23,6 @@ from experiments.report import sections
 
 FLAGS = flags.FLAGS
 PROGRAM = "report"
-RUN_SECTIONS = (design.GRID, design.DOWNPOUR, design.NORMALIZATION,
-                design.DYNSGD, design.ABLATION, design.DILOCO,
-                design.SENSITIVITY, design.BEYOND)
 # Seconds per training sample on this 2-core CPU (an Intel Xeon), from the
 # committed cpu study: 5,473 s for its 30.3 M samples (grid, DOWNPOUR,
 # ablation, DiLoCo; report_paper.flags); the estimate before a study has
@@ -35,7 +32,7 @@ CPU_SECONDS_PER_SAMPLE = 5473 / 30.3e6
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum("preset", "cpu", list(design.PRESETS),
-                    "The study: cpu (this CPU, ~4 h), paper (the full "
+                    "The study: cpu (this CPU, ~5 h), paper (the full "
                     "grid, 3 seeds, one GPU), beyond (methods after the "
                     "paper, this CPU, ~2 h) or quick (seconds, for tests).",
                     flag_values=flag_values)
@@ -50,17 +47,17 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       "A --preset=paper study whose grid the report shows "
                       "beside this one's, if it holds runs.",
                       flag_values=flag_values)
-  flags.DEFINE_list("sections", list(RUN_SECTIONS), "Sections whose runs to "
-                    "run; the report always covers every section from the "
-                    "runs found.", flag_values=flag_values)
+  flags.DEFINE_list("sections", list(design.RUN_SECTIONS), "Sections whose "
+                    "runs to run; the report always covers every section from "
+                    "the runs found.", flag_values=flag_values)
   flags.DEFINE_bool("report_only", False, "Run nothing; rewrite REPORT.md "
                     "from the runs found.", flag_values=flag_values)
   flags.DEFINE_bool("progress", True, "Draw each run's progress bar.",
                     flag_values=flag_values)
   compare.define_efficiency_flags(flag_values)
   flags.register_validator(
-      "sections", lambda v: bool(v) and set(v) <= set(RUN_SECTIONS),
-      message="--sections accepts " + ", ".join(RUN_SECTIONS)
+      "sections", lambda v: bool(v) and set(v) <= set(design.RUN_SECTIONS),
+      message="--sections accepts " + ", ".join(design.RUN_SECTIONS)
       + ", comma-separated", flag_values=flag_values)
 
 

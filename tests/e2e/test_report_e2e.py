@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from experiments import sweep as sweep_lib
 from experiments.report import claims
 from experiments.report import design
 from experiments.report import runner
@@ -330,3 +332,182 @@ def test_bad_flags_are_one_line(tmp_path, args, message):
   assert "Traceback" not in result.stderr
   assert result.stderr.strip().count("\n") == 0, result.stderr
   assert message in result.stderr
+
+
+# The research questions: each section's figures from its runs' own records.
+
+
+def commit_rows(study_dir, section_name, name):
+  """The commit rows of a run's metrics.jsonl, in the order written."""
+  with open(os.path.join(study_dir, section_name, name, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return [r for r in rows if r.get("event") == "commit"]
+
+
+def mean_of(rows, key):
+  values = [r[key] for r in rows if r.get(key) is not None]
+  return sum(values) / len(values)
+
+
+def answer_of(part):
+  return re.search(r"^\*\*Answer: ([^.]+)\.\*\*", part, re.M).group(1)
+
+
+# The quick preset's mechanism runs, by hand: (commit order, n, method).
+QUICK_SWEEP = {
+    ("fitted cluster", 2, "AGN"): "agn-n2-l2-s0-normalized",
+    ("fitted cluster", 2, "unnormalized accumulation"):
+        "agn-n2-l2-s0-unnormalized",
+    ("fitted cluster", 2, "DOWNPOUR (λ = 1)"): "downpour-n2-l1-s0",
+    ("fitted cluster", 4, "AGN"): "agn-n4-l2-s0-normalized",
+    ("fitted cluster", 4, "unnormalized accumulation"):
+        "agn-n4-l2-s0-unnormalized",
+    ("fitted cluster", 4, "DOWNPOUR (λ = 1)"): "downpour-n4-l1-s0",
+    ("round robin", 4, "AGN"): "agn-n4-l2-s0-normalized-round_robin",
+}
+
+
+def test_rq2_rows_and_answer_come_from_the_runs(study):
+  study_dir, output_dir, text = study
+  part = section(text, "RQ2:")
+  staleness, momentum = {}, {}
+  for (setting, n, method), name in QUICK_SWEEP.items():
+    s = summary(study_dir, "mechanism", name)
+    assert s["config"]["diagnostics"] is True
+    assert s["config"]["speed_model"] == (
+        "thesis" if setting == "fitted cluster" else "constant")
+    assert s["config"]["data_assignment"] == "epoch_slices"
+    rows = commit_rows(study_dir, "mechanism", name)
+    measured = [r for r in rows if r.get("commit_norm") is not None]
+    ds = mean_of(rows, "distance_staleness")
+    # The run's summary agrees with its own rows.
+    assert s["mean_distance_staleness"] == pytest.approx(ds, rel=1e-9)
+    mu = rows[-1]["implicit_momentum"]
+    assert s["implicit_momentum"] == pytest.approx(mu, rel=1e-9)
+    staleness[(setting, n, method)], momentum[(setting, n, method)] = ds, mu
+    row = (f"| {setting} | {n} | {method} | {len(measured)} | {ds:.4g} | "
+           f"{mean_of(rows, 'commit_norm'):.4g} | {mu:.3f} | "
+           f"{1 - 1 / n:.3f} | {100 * s['final_test_accuracy']:.2f} % |")
+    assert row in part, row
+  # Part (a): AGN below unnormalized at each (order, n) with both runs.
+  below = [staleness[(o, n, "AGN")] <
+           staleness[(o, n, "unnormalized accumulation")]
+           for o, n in (("fitted cluster", 2), ("fitted cluster", 4))]
+  a = ("holds" if all(below) else "fails" if below.count(False) > 1 else
+       "cannot be told from these runs")
+  # Part (b): AGN's μ̂ within 0.1 of 1 − 1/n (0.5, 0.75), larger at n = 4.
+  mu = {n: momentum[("fitted cluster", n, "AGN")] for n in (2, 4)}
+  within = [abs(mu[n] - (1 - 1 / n)) <= 0.1 for n in (2, 4)]
+  b = ("fails" if within.count(False) > 1 else
+       "holds" if all(within) and mu[4] > mu[2] else
+       "cannot be told from these runs")
+  expected = ("fails" if "fails" in (a, b) else
+              "holds" if a == b == "holds" else
+              "cannot be told from these runs")
+  assert answer_of(part) == expected, part
+  assert f"(a) {a}:" in part and f"(b) {b}:" in part
+  for name in ("rq2-staleness-momentum.png", "rq2-unstable.png",
+               "rq2-instruments.png"):
+    assert os.path.getsize(os.path.join(output_dir, name)) > 1000, name
+    assert f"]({name})" in part
+
+
+def test_rq4_table_and_answer_come_from_the_runs(study):
+  study_dir, output_dir, text = study
+  part = section(text, "RQ4:")
+  means = {}
+  for method, name, every in (
+      ("AGN", "agn-n2-l2-s0-normalized", 2),
+      ("unnormalized accumulation", "agn-n2-l2-s0-unnormalized", 2),
+      ("DOWNPOUR (λ = 1)", "downpour-n2-l1-s0", 4)):
+    assert summary(study_dir, "mechanism", name)["config"][
+        "diagnostics_every"] == every
+    rows = commit_rows(study_dir, "mechanism", name)
+    probed = [r for r in rows if r.get("gradient_cosine") is not None]
+    # Probed at the 1st, (k+1)-th, ... applied commit: every 4 local steps.
+    assert probed and all((r["clock"] - 1) % every == 0 for r in probed)
+    means[method] = mean_of(rows, "gradient_cosine")
+    # The quick study's one seed: the mean over seeds is that seed's.
+    row = next(line for line in part.splitlines()
+               if line.startswith(f"| {method} |"))
+    assert row.startswith(f"| {method} | {means[method]:.4f} | "
+                          f"{means[method]:.4f} |"), row
+    if method != "AGN":
+      assert f"| {means['AGN'] - means[method]:+.4f} |" in row, row
+  # One seed gives no interval: the runs cannot tell.
+  assert answer_of(part) == "cannot be told from these runs"
+  assert os.path.getsize(os.path.join(output_dir,
+                                      "rq4-gradient-cosine.png")) > 1000
+  assert "](rq4-gradient-cosine.png)" in part
+
+
+def test_rq1_rq3_and_rq5_answers_follow_their_rules(study):
+  study_dir, output_dir, text = study
+  acc = lambda section_name, name: summary(study_dir, section_name, name)[
+      "final_test_accuracy"]
+  # RQ1: one λ; its effect decides (helps: holds, hurts: fails).
+  part = section(text, "RQ1:")
+  effect = next(line for line in part.splitlines()
+                if line.startswith("| 2 |")).strip("|").split("|")[-1].strip()
+  assert answer_of(part) == {"helps": "holds", "hurts": "fails",
+                             "no difference": "cannot be told from these runs"
+                             }[effect]
+  assert "](normalization.png)" in part
+  # RQ3: AGN against DynSGD and AEASGD at (2, 2), half a point either way.
+  part = section(text, "RQ3:")
+  agn = acc("grid", "agn-n2-l2-s0")
+  standings = ["ahead" if agn - o > 0.005 else
+               "behind" if o - agn > 0.005 else "level"
+               for o in (acc("dynsgd", "dynsgd-n2-l2-s0"),
+                         acc("grid", "aeasgd-n2-l2-s0"))]
+  expected = ("holds" if "ahead" in standings and "behind" not in standings
+              else "fails" if standings.count("behind") >
+              standings.count("ahead") else "cannot be told from these runs")
+  assert answer_of(part) == expected
+  assert os.path.getsize(os.path.join(output_dir, "rq3-dynsgd.png")) > 1000
+  # RQ5: λ = 4 is the one λ run at two n (2 and 4).
+  part = section(text, "RQ5:")
+  fall = {s: acc("grid", f"{s}-n2-l4-s0") - acc("grid", f"{s}-n4-l4-s0")
+          for s in ("agn", "aeasgd")}
+  gap = fall["agn"] - fall["aeasgd"]
+  expected = ("holds" if gap < -0.005 else "fails" if gap > 0.005 else
+              "cannot be told from these runs")
+  assert answer_of(part) == expected
+  assert (f"from n = 2 to 4: AGN {-100 * fall['agn']:+.2f} points, "
+          f"AEASGD {-100 * fall['aeasgd']:+.2f}") in part
+  assert os.path.getsize(os.path.join(output_dir, "rq5-workers.png")) > 1000
+  # The overview names every answer as its section does.
+  overview = section(text, "Research questions")
+  for k in range(1, 6):
+    verdict = answer_of(section(text, f"RQ{k}:"))
+    assert re.search(rf"^\| RQ{k} \| .* \| \*\*{verdict}\*\* \|$", overview,
+                     re.M), (k, verdict)
+
+
+def test_a_study_from_before_the_mechanism_section_reports_it_not_run(
+    study, tmp_path):
+  # The quick study as the code before the mechanism section left it: the
+  # same runs and books, without the mechanism's.
+  study_dir, _, text = study
+  old = str(tmp_path / "study")
+  shutil.copytree(study_dir, old, ignore=shutil.ignore_patterns(
+      "mechanism", "results"))
+  books = runner.Study(old)
+  for key in [k for k in books.ledger if k.startswith("mechanism/")]:
+    del books.ledger[key]
+  books.save()
+  p = design.preset("quick")
+  path = sections.write(sections.Context.build(
+      p, runner.Study(old), str(tmp_path / "out"), ("thesis", 5.0)))
+  with open(path) as f:
+    partial = f.read()
+  for title in ("RQ2:", "RQ4:"):
+    part = section(partial, title)
+    assert answer_of(part) == "not run yet"
+    assert "**Runs:** 0 of" in part and "| not run |" in part
+  for title in ("RQ1:", "RQ3:", "RQ5:"):
+    assert answer_of(section(partial, title)) == answer_of(
+        section(text, title))
+  # What a resumed study would run: exactly the mechanism's runs.
+  pending = [r for r in p.runs if not sweep_lib.completed(r.path(old))]
+  assert pending == list(p.section_runs(design.MECHANISM))

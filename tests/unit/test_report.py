@@ -111,14 +111,144 @@ def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
   assert backends["round_robin"] == backends["random"] == "simulated"
   # Samples by hand: 18 grid, 10 sensitivity and 2 DynSGD runs of 2.4 M;
   # DOWNPOUR 6 and RQ1 6 runs of 5 epochs; six ablation runs and DiLoCo's
-  # one of 10 epochs; five gap runs of 5.
+  # one of 10 epochs; five gap runs of 5; 18 mechanism runs of 5.
   from experiments.report import main
   cost = design.cost(p, main.CPU_SECONDS_PER_SAMPLE)
-  assert cost["runs"] == 18 + 10 + 2 + 6 + 6 + 6 + 1 + 5
+  assert cost["runs"] == 18 + 10 + 2 + 6 + 6 + 6 + 1 + 5 + 18
   assert cost["samples"] == pytest.approx(30 * 2.4e6 + 12 * 0.3e6 +
-                                          7 * 0.6e6 + 5 * 0.3e6)
-  # At this machine's measured rate: the issue's 3–4 hours, give or take.
-  assert 3 * 60 <= cost["seconds"] / 60 <= 4.5 * 60
+                                          7 * 0.6e6 + 5 * 0.3e6 +
+                                          18 * 0.3e6)
+  # At the committed study's rate: its 3–4 hours and the mechanism's hour.
+  assert 3 * 60 <= cost["seconds"] / 60 <= 5 * 60
+
+
+def test_cpu_mechanism_runs_are_rq2_and_rq4_s_design():
+  p = design.preset("cpu")
+  runs = p.section_runs(design.MECHANISM)
+  # (n, strategy, λ, --normalization, speed model, seed), by hand: RQ2's
+  # sweep at n = 10, 20, 40 on the fitted cluster, the three methods again
+  # under round robin at n = 40, and RQ4's seeds 1 and 2 at n = 10.
+  # DOWNPOUR leaves --normalization unset: its rule commits the raw delta.
+  methods = [("agn", 10, "window"), ("agn", 10, "none"),
+             ("downpour", 1, None)]
+  expected = ([(n, *m, "thesis", 0) for n in (10, 20, 40) for m in methods] +
+              [(40, *m, "constant", 0) for m in methods] +
+              [(10, *m, "thesis", s) for s in (1, 2) for m in methods])
+  values = [design._parsed(r.argv()) for r in runs]
+  assert sorted((v.num_workers, v.strategy, v.communication_window,
+                 v.normalization, v.speed_model, v.seed)
+                for v in values) == sorted(expected)
+  for v in values:
+    # Only the commit order differs between the two settings.
+    assert v.data_assignment == "epoch_slices" and v.dataset == "mnist"
+    assert v.diagnostics and not v.checkpoints and v.epochs == 5.0
+    assert v.worker_optimizer is None and v.learning_rate is None  # Adam 1e-3.
+    # A gradient-cosine probe every 50 local steps, whatever λ.
+    assert v.diagnostics_every * v.communication_window == 50
+  # n = 40 at λ = 10: 60,000 × 5 / (128 × 40) = 58 steps, 5 windows.
+  at_40 = [r for r in runs if r.cell == (40, 10)]
+  assert {design.windows_per_worker(r, 60000, 128) for r in at_40} == {5}
+  assert sum(p.samples(r) for r in runs) == pytest.approx(18 * 0.3e6)
+  # Every name is distinct, and the seed-0 runs at n = 10 are RQ4's first.
+  assert len({r.name for r in runs}) == len(runs)
+  assert [design.mechanism_spec(p, m, 10, design.THESIS_SPEEDS, 0).name
+          for m in design.MECHANISM_METHODS] == [
+              "agn-n10-l10-s0-normalized", "agn-n10-l10-s0-unnormalized",
+              "downpour-n10-l1-s0"]
+  # They run after RQ1's and before the rest of the grid.
+  order = [r.section for r in p.runs]
+  mechanism = [i for i, s in enumerate(order) if s == design.MECHANISM]
+  assert min(mechanism) > max(i for i, s in enumerate(order)
+                              if s == design.NORMALIZATION)
+  assert max(mechanism) < order.index(design.GRID, 4)
+  assert design.MECHANISM in design.RUN_SECTIONS
+
+
+def test_the_quick_mechanism_is_small():
+  # Seven runs (the suite compiles each): RQ2's sweep at n = 2 and 4, AGN
+  # under round robin at n = 4; RQ4 reads the sweep's n = 2 runs.
+  runs = design.preset("quick").section_runs(design.MECHANISM)
+  assert len(runs) == 7 and {r.seed for r in runs} == {0}
+  assert {r.epochs for r in runs} == {1.0}
+
+
+def test_rq2_parts_follow_their_rules():
+  from experiments.report.sections import momentum
+  # (a): below at every (order, n); not below at more than half: fails.
+  assert momentum.closer_verdict([True, True, True]) == "holds"
+  assert momentum.closer_verdict([False, False, True]) == "fails"
+  assert momentum.closer_verdict([False, True]) == (
+      "cannot be told from these runs")
+  # (b): 1 − 1/n is 0.9, 0.95, 0.975 at n = 10, 20, 40.
+  assert momentum.momentum_verdict({10: 0.85, 20: 0.9, 40: 0.96}) == "holds"
+  # Within 0.1 everywhere, but not larger at n = 40 than at n = 10.
+  assert momentum.momentum_verdict({10: 0.95, 20: 0.9, 40: 0.93}) == (
+      "cannot be told from these runs")
+  # 0.7 and 0.8 are more than 0.1 away at two of three n.
+  assert momentum.momentum_verdict({10: 0.7, 20: 0.8, 40: 0.97}) == "fails"
+  assert momentum.combined(["holds", "fails"]) == "fails"
+  assert momentum.combined(["holds", "cannot be told from these runs"]) == (
+      "cannot be told from these runs")
+
+
+def test_rq4_paired_difference_is_the_t_interval():
+  from experiments.report.sections import alignment
+  means = {"normalized": {0: 0.30, 1: 0.34, 2: 0.31},
+           "unnormalized": {0: 0.20, 1: 0.27, 2: 0.25, 3: 0.9},
+           "downpour": {0: 0.40}}
+  d = np.array([0.10, 0.07, 0.06])  # Seeds both have; seed 3 is alone.
+  e = alignment.paired(means, "unnormalized")
+  assert e.count == 3 and e.mean == pytest.approx(d.mean())
+  assert e.half_width == pytest.approx(
+      stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3), rel=1e-3)
+  # One seed against DOWNPOUR: no interval, so the runs cannot tell.
+  one = alignment.paired(means, "downpour")
+  assert (one.count, one.half_width) == (1, None)
+  assert alignment.verdict([e, one]) == "cannot be told from these runs"
+  below = results_lib.Estimate(-0.1, 0.05, 3)
+  assert alignment.verdict([e, below]) == "fails"
+  assert alignment.verdict([e, e]) == "holds"
+
+
+def test_rq3_rule_counts_cell_baseline_pairs():
+  from experiments.report.sections import dynsgd
+  assert dynsgd.verdict(["ahead", "level with", "ahead"]) == "holds"
+  assert dynsgd.verdict(["ahead", "behind", "level with"]) == (
+      "cannot be told from these runs")
+  assert dynsgd.verdict(["behind", "behind", "ahead"]) == "fails"
+
+
+def test_rq5_rule_gives_the_thesis_whole_table_its_own_answer():
+  from experiments.report.sections import grid
+  table_ = {c: (v.agn_test_accuracy, v.aeasgd_test_accuracy)
+            for c, v in thesis.GRID.items()}
+  found = grid.drops(table_)
+  # By hand from the table: the fall from n = 10 to n = 40 at each λ.
+  for l in thesis.COMMUNICATION_WINDOWS:
+    a10, b10 = table_[(10, l)]
+    a40, b40 = table_[(40, l)]
+    assert found[l] == pytest.approx((10, 40, a10 - a40, b10 - b40))
+  standings = [grid.robustness(a, b) for _, _, a, b in found.values()]
+  # λ = 10: AGN falls 2.88 points, AEASGD 0.65; λ = 15: 1.29 and 0.80
+  # (0.49 apart: level); λ = 20 … 40: AGN falls less by 0.63 … 0.92.
+  assert standings == ["less robust", "level"] + ["more robust"] * 5
+  assert grid.verdict(standings) == "holds"
+  # At the cpu preset's two λ with two n (10 and 40) the table splits.
+  assert grid.verdict(standings[:1] + standings[-1:]) == (
+      "cannot be told from these runs")
+
+
+def test_every_research_question_has_its_section_in_an_empty_study(tmp_path):
+  text = report_without_runs("cpu", tmp_path)
+  overview = section(text, "Research questions")
+  for k in range(1, 6):
+    part = section(text, f"RQ{k}:")
+    for label in ("**Question.**", "**Measurement.**", "**Rule, fixed before",
+                  "**Answer: not run yet.**"):
+      assert label in part, (k, label)
+    assert re.search(rf"^\| RQ{k} \| .* \| \*\*not run yet\*\* \|$",
+                     overview, re.M), k
+  assert "| mechanism | 0 of 18 |" in section(text, "Compute ledger")
 
 
 def test_the_sensitivity_view_reads_the_old_runs_as_the_grid(tmp_path):
@@ -214,13 +344,17 @@ def test_beyond_verdicts_of_missing_runs_and_codecs():
   assert beyond.codec_verdict(_figures(0.964), plain) == "not supported"
 
 
-def test_a_beyond_study_without_runs_reports_only_its_section(tmp_path):
-  p = design.preset("beyond")
+def report_without_runs(name, tmp_path):
+  """REPORT.md of a `name` study none of whose runs has run."""
   books = runner.Study(str(tmp_path / "study"))
   path = sections.write(sections.Context.build(
-      p, books, str(tmp_path / "out"), ("thesis", 5.0)))
+      design.preset(name), books, str(tmp_path / "out"), ("thesis", 5.0)))
   with open(path) as f:
-    text = f.read()
+    return f.read()
+
+
+def test_a_beyond_study_without_runs_reports_only_its_section(tmp_path):
+  text = report_without_runs("beyond", tmp_path)
   titles = re.findall(r"^## (.*)$", text, re.M)
   assert titles == ["Beyond the paper: Delayed Nesterov, Dynamic Local "
                     "Updates and compressed commits", "Compute ledger"]

@@ -70,6 +70,35 @@ def save(fig, path: str) -> str:
   return plots.save(fig, path, dpi=100)
 
 
+# A research question's answer, by the rule its section states before any
+# run: the thesis' answer holds, fails, or the runs cannot tell; a question
+# none of whose runs has completed is not run yet.
+HOLDS, FAILS = "holds", "fails"
+CANNOT_TELL, NOT_RUN_YET = "cannot be told from these runs", "not run yet"
+
+
+class Answer(NamedTuple):
+  """A research question's answer.
+
+  Attributes:
+    verdict: `HOLDS`, `FAILS`, `CANNOT_TELL` or `NOT_RUN_YET`.
+    detail: what the runs showed that decided it, one sentence or "".
+  """
+  verdict: str
+  detail: str = ""
+
+
+def answer_lines(answer: Answer) -> List[str]:
+  """The section's closing answer: the verdict in bold, then why."""
+  return [f"**Answer: {answer.verdict}.**"
+          + (f" {answer.detail}" if answer.detail else ""), ""]
+
+
+def heading(rq: str, title: str) -> str:
+  """A research question's section heading, `## RQk: its title`."""
+  return f"## {rq}: {title}"
+
+
 def pct(value: Optional[float], digits: int = 2) -> str:
   return "–" if value is None else f"{100 * value:.{digits}f} %"
 
@@ -80,12 +109,18 @@ def num(value: Optional[float], spec: str = ".3f") -> str:
 
 def estimate_text(e: results_lib.Estimate, scale: float = 1.0,
                   spec: str = ".2f", unit: str = "") -> str:
-  """"mean ± half width unit" (no ± for one seed), or "–"."""
+  """"mean ± half width unit" (no ± for one seed), or "–".
+
+  A sign in `spec` (`"+.2f"`) signs the mean only.
+
+  >>> estimate_text(results_lib.Estimate(-0.012, 0.004, 3), 100, "+.2f")
+  '-1.20 ± 0.40'
+  """
   if e.mean is None:
     return "–"
   text = format(scale * e.mean, spec)
   if e.half_width is not None:
-    text += " ± " + format(scale * e.half_width, spec)
+    text += " ± " + format(scale * e.half_width, spec.replace("+", ""))
   return text + unit
 
 
@@ -136,14 +171,17 @@ def write(ctx: Context) -> str:
   # pylint: disable=g-import-not-at-top
   from experiments.report import claims
   from experiments.report.sections import ablation
+  from experiments.report.sections import alignment
   from experiments.report.sections import diloco
   from experiments.report.sections import downpour
   from experiments.report.sections import dynsgd
   from experiments.report.sections import grid
   from experiments.report.sections import heuristic
   from experiments.report.sections import ledger
+  from experiments.report.sections import momentum
   from experiments.report.sections import normalization
   from experiments.report.sections import paper
+  from experiments.report.sections import questions
   from experiments.report.sections import sensitivity
   from experiments.report.sections import staleness
   from experiments.report.sections import beyond
@@ -164,8 +202,10 @@ def write(ctx: Context) -> str:
     order = (beyond, ledger)
   else:
     lines += claims.render(ctx)
-    order = (grid, sensitivity, paper, ablation, normalization, staleness,
-             downpour, heuristic, dynsgd, diloco, beyond, ledger)
+    lines += questions.render(ctx)
+    order = (grid, sensitivity, paper, ablation, normalization, momentum,
+             staleness, downpour, heuristic, dynsgd, alignment, diloco,
+             beyond, ledger)
     lines += _beyond_link(ctx)
   for section in order:
     lines += section.render(ctx)

@@ -6,9 +6,6 @@ from experiments.report import design
 from experiments.report import runner
 from experiments.report.sections import Context, duration, table
 
-SECTIONS = (design.GRID, design.DOWNPOUR, design.NORMALIZATION, design.DYNSGD,
-            design.ABLATION, design.DILOCO, design.SENSITIVITY, design.BEYOND)
-
 
 def cpu_text(seconds: float, partial: bool) -> str:
   """A CPU time, "≥" where some sitting's is missing, "–" for none."""
@@ -21,7 +18,7 @@ def render(ctx: Context) -> List[str]:
   ledger = ctx.study.ledger
   lines = ["## Compute ledger", ""]
   rows, total, any_partial = [], [0, 0, 0.0, 0.0, 0.0], False
-  for section in SECTIONS:
+  for section in design.RUN_SECTIONS:
     specs = ctx.preset.section_runs(section)
     if not specs:
       continue

@@ -12,9 +12,16 @@ from experiments import curves
 from experiments import plots
 from experiments.report import design
 from experiments.report import thesis
-from experiments.report.sections import (Context, duration, num, pct, pyplot,
-                                         runs_line, save, table)
+from experiments.report.sections import (CANNOT_TELL, FAILS, HOLDS,
+                                         NOT_RUN_YET, Answer, Context,
+                                         answer_lines, duration, heading, num,
+                                         pct, pyplot, runs_line, save, table)
 from experiments.report.sections import downpour
+
+RQ, TITLE = "RQ1", "does normalizing the accumulated delta matter?"
+QUESTION = ("Does dividing the accumulated delta by λ make AGN train better "
+            "than committing it whole (the thesis' \"DOWNPOUR with "
+            "accumulation\")?")
 
 # A λ's runs differ when one diverged and the other did not, or when their
 # final test accuracies part by more than this.
@@ -49,22 +56,36 @@ def effect(normalized: Tuple[str, Optional[float]],
   return HELPS if a > b else HURTS
 
 
-def answer(effects: List[str]) -> str:
-  """The section's answer from the λ's effects (see `RULE`).
+def verdict(effects: List[str]) -> str:
+  """The section's verdict from the λ's effects (see `RULE`).
 
-  >>> answer(["helps", "helps", "no difference"])
+  >>> verdict(["helps", "helps", "no difference"])
   'holds'
-  >>> answer(["helps", "hurts", "helps"])
+  >>> verdict(["helps", "hurts", "helps"])
   'cannot be told from these runs'
+  >>> verdict([])
+  'not run yet'
   """
   if not effects:
-    return "cannot be told yet (no λ has both runs)"
+    return NOT_RUN_YET
   helps, hurts = effects.count(HELPS), effects.count(HURTS)
   if helps > len(effects) / 2 and not hurts:
-    return "holds"
+    return HOLDS
   if hurts > len(effects) / 2 and not helps:
-    return "fails"
-  return "cannot be told from these runs"
+    return FAILS
+  return CANNOT_TELL
+
+
+def answer(ctx: Context) -> Answer:
+  """RQ1's answer by `RULE`, naming each λ's effect."""
+  found = figures(ctx)
+  effects = [(l, found[l]["effect"]) for l in sorted(found)
+             if found[l]["effect"]]
+  said = "; ".join(f"at λ = {l} normalization "
+                   + ("makes no difference" if e == SAME else e)
+                   for l, e in effects)
+  return Answer(verdict([e for _, e in effects]),
+                said[:1].upper() + said[1:] + "." if said else "")
 
 
 def thesis_unnormalized(n: int, l: int) -> Optional[bool]:
@@ -106,19 +127,17 @@ def render(ctx: Context) -> List[str]:
   n = specs[0].num_workers
   windows = ", ".join(str(l) for l in sorted({s.communication_window
                                               for s in specs}))
-  lines = ["## RQ1: does normalizing the accumulated delta matter?", ""]
+  lines = [heading(RQ, TITLE), ""]
   lines += runs_line(ctx, specs)
-  lines += [f"**Question.** Does dividing the accumulated delta by λ make "
-            "AGN train better than committing it whole (the thesis' "
-            "\"DOWNPOUR with accumulation\")? **Measurement.** AGN at "
+  lines += [f"**Question.** {QUESTION} **Measurement.** AGN at "
             f"n = {n}, λ ∈ {{{windows}}}, "
             f"{specs[0].epochs:g} epochs, in the grid's setting, with "
             "`--normalization=window` against `--normalization=none`; "
             "nothing else differs. The thesis ran the unnormalized runs as "
             "DOWNPOUR with accumulation at n = 10, λ ∈ {5, 10, 20}, and none "
-            "converged. " + RULE, ""]
+            "converged. **Rule, fixed before the runs.** " + RULE, ""]
   found = figures(ctx)
-  rows, effects = [], []
+  rows = []
   for l in sorted(found):
     row = found[l]
     cells = [str(l)]
@@ -136,18 +155,12 @@ def render(ctx: Context) -> List[str]:
     a, b = row.get(design.NORMALIZED), row.get(design.UNNORMALIZED)
     e = ctx.efficiency_of(a, b) if a is not None and b is not None else {}
     cells += [num(e.get("train")), num(e.get("test")), row["effect"] or "–"]
-    if row["effect"]:
-      effects.append(row["effect"])
     rows.append(cells)
   lines += table(["λ", "normalized", "test acc", "rejected",
                   "unnormalized", "test acc", "rejected",
                   "thesis' unnormalized",
                   "E train (norm., unnorm.)", "E test (norm., unnorm.)",
                   "normalization"], rows)
-  per_window = ", ".join(f"λ = {l}: {found[l]['effect']}"
-                         for l in sorted(found) if found[l]["effect"])
-  lines += [f"**Answer.** The paper's explanation {answer(effects)}"
-            + (f" ({per_window})" if per_window else "") + ".", ""]
   plotted = [(l, v, found[l][v]) for l in sorted(found)
              for v in (design.NORMALIZED, design.UNNORMALIZED)
              if found[l].get(v) is not None]
@@ -167,6 +180,7 @@ def render(ctx: Context) -> List[str]:
     fig.tight_layout()
     lines += ctx.link(save(fig, ctx.figure("normalization.png")),
                       "normalization on against off")
+  lines += answer_lines(answer(ctx))
   seconds = ctx.results.ledger_seconds(ctx.study.ledger, design.NORMALIZATION)
   lines += [f"Compute: {duration(seconds)} here.", ""]
   return lines
