@@ -104,9 +104,11 @@ class DeterminismTest(absltest.TestCase):
     full_records = _run(full)
     self.assertGreater(len(full_records), 9)
     for r in full_records:  # λ = 2 steps of batch 4 each.
-      self.assertLen(r.meta.step_accuracy, 2)
-      self.assertTrue(all(4 * a == int(4 * a) for a in r.meta.step_accuracy))
-      self.assertAlmostEqual(np.mean(r.meta.step_accuracy), r.meta.accuracy, places=6)
+      steps = r.meta.step_metrics["accuracy"]
+      self.assertLen(steps, 2)
+      self.assertTrue(all(4 * a == int(4 * a) for a in steps))
+      self.assertAlmostEqual(np.mean(steps), r.meta.metrics["accuracy"],
+                             places=6)
     orders = {tuple(r.meta.worker for r in full_records[i:i + 3])
               for i in range(0, len(full_records), 3)}
     self.assertGreater(len(orders), 1)  # Really random.
@@ -122,8 +124,8 @@ class DeterminismTest(absltest.TestCase):
     self.assertEqual(records, full_records)  # Bit for bit.
     np.testing.assert_array_equal(second.center(), full.center())
     self.assertEqual(second.state()["meta"], full.state()["meta"])
-    loss, accuracy = second.evaluate(ds.x_test, ds.y_test)
-    self.assertTrue(np.isfinite(loss) and 0 <= accuracy <= 1)
+    loss, metrics = second.evaluate(ds.x_test, ds.y_test)
+    self.assertTrue(np.isfinite(loss) and 0 <= metrics["accuracy"] <= 1)
 
     with self.assertRaisesRegex(ValueError, "speed_model random:0.5"):
       Simulation.from_config(_tiny_config(strategy="adag"), ds).restore(saved)

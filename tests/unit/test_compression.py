@@ -274,8 +274,8 @@ def test_a_lossless_code_commits_exactly_as_none():
 
 def test_int8_commits_train_as_well_as_float32(digits_runs):
   (none, ds), (int8, _) = digits_runs["none"], digits_runs["int8"]
-  _, accuracy_none = none.evaluate(ds.x_test, ds.y_test)
-  _, accuracy_int8 = int8.evaluate(ds.x_test, ds.y_test)
+  accuracy_none = none.evaluate(ds.x_test, ds.y_test)[1]["accuracy"]
+  accuracy_int8 = int8.evaluate(ds.x_test, ds.y_test)[1]["accuracy"]
   assert accuracy_none > 0.8
   assert abs(float(accuracy_int8) - float(accuracy_none)) <= 0.01
   assert np.abs(int8.center() - none.center()).max() > 0  # It did compress.
@@ -334,7 +334,7 @@ def test_transports_carry_a_compressed_commit_bit_for_bit(name):
   wire = wire_lib.wire_of(s, layout)
   p = layout.num_params
   payload = _wire_payload(wire)
-  meta = CommitMeta(0, 0, 0.5, 0.5, 0.0)
+  meta = CommitMeta(0, 0, 0.5, {}, 0.0)
   ctx = multiprocess.get_context("spawn")
   shm = SharedMemoryTransport.create(ctx, p, len(wire), num_slots=2,
                                      wire=wire)

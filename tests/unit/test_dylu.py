@@ -225,7 +225,7 @@ def test_per_worker_speeds_give_the_formula_and_keep_the_data_budget(digits):
         r.meta.local_updates for r in a if r.meta.worker == k)
     assert steps[:-1] == [lam_k] * (len(steps) - 1)
     assert len(steps) == -(-share * 6 // lam_k)
-    assert len(b[0].meta.step_accuracy) == b[0].meta.local_updates
+    assert len(b[0].meta.step_metrics["accuracy"]) == b[0].meta.local_updates
 
 
 def test_a_restored_simulation_continues_exactly(digits):
@@ -299,7 +299,7 @@ def test_the_planner_follows_the_measured_step_times():
   planner = WindowPlanner(8, [0, 0, 0])
 
   def meta(worker, seconds, steps):
-    return CommitMeta(worker, 0, 0.0, 0.0, time=10.0 + seconds,
+    return CommitMeta(worker, 0, 0.0, {}, time=10.0 + seconds,
                       window_start=10.0, local_updates=steps)
 
   # A first window (the kernel's first call) is no measurement: λ.

@@ -166,8 +166,9 @@ class CommitOrderTest(parameterized.TestCase):
     np.testing.assert_allclose([r.simulated_time for r in records], times)
     np.testing.assert_allclose([r.meta.time for r in records], times)
     np.testing.assert_allclose([r.meta.window_start for r in records], times - 2)
-    # The quadratic loss has no accuracy: no step accuracies.
-    self.assertEqual({r.meta.step_accuracy for r in records}, {()})
+    # The quadratic loss has no metrics: none, and no step values.
+    self.assertEqual({(tuple(r.meta.metrics), tuple(r.meta.step_metrics))
+                      for r in records}, {((), ())})
 
   def test_speeds(self):
     # Worker 0 is twice as fast as worker 1; each has 20 windows.

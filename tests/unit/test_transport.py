@@ -23,15 +23,17 @@ def _publisher(transport, count):
 
 
 def _steps(value):
-  """Commit `value`'s step accuracies: 0 to 3 of them, so lengths vary."""
+  """Commit `value`'s step values: 0 to 3 of them, so lengths vary."""
   return np.arange(int(value) % 4, dtype=np.float32) / 8 + value
 
 
 def _committer(transport, worker, values):
   for value in values:
     payload = np.full((2, transport.num_params), value, np.float32)
-    meta = CommitMeta(worker, int(value), 1 / value, value / 16, value + 0.5,
-                      None if value == 3 else value - 0.25, _steps(value))
+    meta = CommitMeta(worker, int(value), 1 / value,
+                      {"accuracy": value / 16, "mae": value / 32},
+                      value + 0.5, None if value == 3 else value - 0.25,
+                      {"accuracy": _steps(value)})
     assert transport.commit(payload, meta, timeout=10)
 
 
@@ -94,7 +96,8 @@ def test_full_ring_blocks_until_a_slot_is_freed(make_transport):
 
 def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
   transport = make_transport(num_params=1000, payload_size=2, num_slots=2,
-                             step_capacity=3)
+                             step_capacity=3, metrics=("mae", "accuracy"),
+                             step_metric="accuracy")
   values = [float(v) for v in range(1, 11)]
   child = ctx.Process(target=_committer, args=(transport, 7, values))
   child.start()
@@ -107,11 +110,14 @@ def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
     assert np.all(payload == payload[0, 0])
     value = float(payload[0, 0])
     seen.append(value)
-    # The metadata of this very commit came along, step accuracies exact.
-    assert header[1:5] == (int(value), 1 / value, value / 16, value + 0.5)
+    # The metadata of this very commit came along, step values exact.
+    assert header[1:5] == (int(value), 1 / value,
+                           {"accuracy": value / 16, "mae": value / 32},
+                           value + 0.5)
     assert header.window_start == (None if value == 3 else value - 0.25)
-    assert header.step_accuracy.dtype == np.float32
-    np.testing.assert_array_equal(header.step_accuracy, _steps(value))
+    steps = header.step_metrics["accuracy"]
+    assert steps.dtype == np.float32
+    np.testing.assert_array_equal(steps, _steps(value))
     slots.add(commit.handle)
     transport.free_slot(commit.handle)
   child.join()
@@ -174,11 +180,21 @@ def test_a_worker_can_wait_until_its_commits_are_handled(make_transport):
   assert transport.wait_acknowledged(1, 1, timeout=1)
 
 
-def test_a_commit_with_more_step_accuracies_than_the_ring_holds_is_refused(
+def test_a_commit_with_more_step_values_than_the_ring_holds_is_refused(
     make_transport):
   transport = make_transport(num_params=4, payload_size=1, num_slots=1,
-                             step_capacity=2)
-  meta = CommitMeta(0, 0, 0.0, 0.0, 0.0, 0.0, np.zeros(3, np.float32))
-  with pytest.raises(ValueError, match="3 step accuracies; the ring holds 2"):
+                             step_capacity=2, metrics=("accuracy",),
+                             step_metric="accuracy")
+  meta = CommitMeta(0, 0, 0.0, {"accuracy": 0.0}, 0.0, 0.0,
+                    {"accuracy": np.zeros(3, np.float32)})
+  with pytest.raises(ValueError, match="3 step values; the ring holds 2"):
     transport.commit((np.zeros(4, np.float32),), meta, timeout=1)
+  # Nor are metrics or step values the ring was not made for.
+  with pytest.raises(ValueError, match=r"metrics \['mae'\]; the ring holds "
+                     r"\['accuracy'\]"):
+    transport.commit((np.zeros(4, np.float32),),
+                     meta._replace(metrics={"mae": 0.0}), timeout=1)
+  with pytest.raises(ValueError, match="step values of \\['mae'\\]"):
+    transport.commit((np.zeros(4, np.float32),),
+                     meta._replace(step_metrics={"mae": ()}), timeout=1)
   assert list(transport.slot_owners()) == [-1]  # No slot left half-filled.
