@@ -12,8 +12,9 @@ written outside this package (`agn_jax.names`):
   metric temporal efficiency E reads by default.
 
 The built-in task is `classification` (softmax cross-entropy, accuracy),
-every run's before tasks had names. A task written elsewhere is a function
-of no arguments returning a `Task`, named `package.module:function`.
+what every run trained for before tasks had names. A task written elsewhere
+is a function of no arguments returning a `Task`, named
+`package.module:function`.
 
 Module level imports no JAX: the launcher checks a config's names before
 placement.
@@ -180,13 +181,20 @@ class Task(NamedTuple):
     if self.evaluate is not None:
       loss, values = self.evaluate(apply_fn, params, x, y)
     else:
-      loss, values = mean_over_batches(self.loss(apply_fn), params, x, y,
-                                       batch_size)
+      loss, values = mean_over_batches(_loss_of(self.loss, apply_fn), params,
+                                       x, y, batch_size)
     self.check_reported(values, "evaluation")
     return float(loss), {k: float(v) for k, v in values.items()}
 
 
-@functools.lru_cache(maxsize=None)
+# Bounded: an evaluator asks for the same few again and again (one model's
+# apply, one task's loss), so each evaluation reuses one compiled program.
+@functools.lru_cache(maxsize=32)
+def _loss_of(make_loss, apply_fn) -> LossFn:
+  return make_loss(apply_fn)
+
+
+@functools.lru_cache(maxsize=32)
 def _jitted_sums(loss_fn):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -277,7 +285,8 @@ def classification() -> Task:
   """Softmax cross-entropy on integer labels; accuracy, E's default metric.
 
   The loss is `agn_jax.models.classification_loss`, the evaluation
-  `agn_jax.models.evaluate`: every run's before tasks had names.
+  `agn_jax.models.evaluate`: what every run trained for before tasks had
+  names.
   """
   return Task("classification", _classification_loss,
               (Metric("accuracy", higher_is_better=True),), "accuracy",
