@@ -137,7 +137,7 @@ def create_model(
 
   Raises:
     ValueError: one line: an unknown name, a bad size, or a factory that
-      returns no flax module.
+      raises or returns no flax module.
 
   Example:
     >>> model = create_model("mlp", 10, (8, 8, 1), hidden_sizes=(32,))
@@ -145,9 +145,14 @@ def create_model(
     'MLP'
   """
   builder = names.lookup("model", name, _BUILDERS)
-  model = names.call_with(builder, num_classes=num_classes,
-                          input_shape=tuple(input_shape),
-                          hidden_sizes=tuple(hidden_sizes))
+  try:
+    model = names.call_with(builder, num_classes=num_classes,
+                            input_shape=tuple(input_shape),
+                            hidden_sizes=tuple(hidden_sizes))
+  except Exception as e:  # pylint: disable=broad-except
+    if name in _BUILDERS:
+      raise  # This package's own say what is wrong in one line.
+    raise ValueError(names.raised("model", name, e)) from e
   if not isinstance(model, nn.Module):
     raise ValueError(f"model {name!r}: its factory returned a "
                      f"{type(model).__name__}, not a flax Module")

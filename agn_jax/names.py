@@ -105,3 +105,15 @@ def call_with(fn: Callable, **available):
   if "**" in accepted:
     return fn(**available)
   return fn(**{k: v for k, v in available.items() if k in accepted})
+
+
+def raised(kind: str, name: str, error: BaseException) -> str:
+  """The one line a run ends with when the function `name` names raised `error`.
+
+  Example:
+    >>> raised("dataset", "my.data:load", TypeError("load() takes no size"))
+    "dataset 'my.data:load': its function raised TypeError: load() takes no size"
+  """
+  said = str(error).splitlines()[0] if str(error) else ""
+  return (f"{kind} {name!r}: its function raised {type(error).__name__}"
+          + (f": {said}" if said else ""))

@@ -307,7 +307,7 @@ def get_task(name: str) -> Task:
 
   Raises:
     ValueError: one line: an unknown name, a module that cannot be
-      imported, or a factory that returns no valid `Task`.
+      imported, or a factory that raises or returns no valid `Task`.
 
   Example:
     >>> get_task("regression")
@@ -316,7 +316,10 @@ def get_task(name: str) -> Task:
     ValueError: unknown task 'regression'; available: classification, or package.module:function
   """
   factory = names.lookup("task", name, _REGISTRY)
-  task = factory()
+  try:
+    task = factory()
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(names.raised("task", name, e)) from e
   if not isinstance(task, Task):
     raise ValueError(f"task {name!r}: its factory returned a "
                      f"{type(task).__name__}, not a Task")

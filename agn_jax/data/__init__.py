@@ -73,7 +73,7 @@ def load(name: str, data_dir: Optional[str] = None, *,
 
   Raises:
     DataError: for an unknown name or any problem with the data (a user's
-      loader that returns no valid `Dataset`: `check_dataset`).
+      loader that raises, or returns no valid `Dataset`: `check_dataset`).
 
   Example:
     >>> ds = load("digits", seed=0)
@@ -84,8 +84,13 @@ def load(name: str, data_dir: Optional[str] = None, *,
     return _LOADERS[name](data_dir, size, seed)
   check_name(name)
   loader = names.lookup("dataset", name, _LOADERS)
-  return check_dataset(
-      names.call_with(loader, data_dir=data_dir, size=size, seed=seed), name)
+  try:
+    dataset = names.call_with(loader, data_dir=data_dir, size=size, seed=seed)
+  except DataError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise DataError(names.raised("dataset", name, e)) from e
+  return check_dataset(dataset, name)
 
 
 __all__ = ("DATASETS", "DataError", "Dataset", "Example", "check_dataset",

@@ -178,6 +178,8 @@ def test_the_workload_is_named_by_import_paths_not_registered():
      "module 'tests.regression_workload' has no attribute"),
     (dict(task=MODEL), f"task '{MODEL}': its factory returned a BagOfTokens, "
      "not a Task"),
+    (dict(task="json:loads"), "task 'json:loads': its function raised "
+     "TypeError: loads() missing 1 required positional argument"),
     (dict(dataset="cifar"), "unknown dataset 'cifar'; available: digits, "
      "mnist, mnist1d, mnist5k, synthetic, or package.module:function"),
     (dict(model="tests.regression_workload:VOCAB"),
@@ -207,6 +209,13 @@ def test_parts_that_are_not_what_they_are_named_for_are_refused(tmp_path):
   with pytest.raises(ValueError, match="its factory returned a Dataset, not a "
                      "flax Module"):
     models.create_model(DATASET, 1, (LENGTH,))
+  # Nor a function that is no loader, nor factory: what it raised, one line.
+  with pytest.raises(data.DataError, match=r"dataset 'json:loads': its "
+                     r"function raised TypeError: loads\(\) missing"):
+    data.load("json:loads")
+  with pytest.raises(ValueError, match=r"model 'json:loads': its function "
+                     r"raised TypeError"):
+    models.create_model("json:loads", 1, (LENGTH,))
   config = dataclasses.replace(workload_config(tmp_path / "run", "simulated",
                                                2), task=MISLABELLED)
   # Whichever reports first, its evaluation or its loss.
