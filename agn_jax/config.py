@@ -304,6 +304,28 @@ class TrainConfig:
       "in one deterministic program) or ray. Each has settings of its own, "
       "whose help names it.",
       choices=_owner("agn_jax.runtime.backend", "available"))
+  diagnostics: bool = setting(
+      False, "The per-commit instruments (agn_jax.instruments), on every "
+      "backend: each applied commit's norm, distance staleness, cosines "
+      "with the previous commit and with the center's movement, the center "
+      "step and the running implicit momentum, and every "
+      "--diagnostics_every commits the cosine with the negative gradient; "
+      "written into metrics.jsonl's commit rows, TensorBoard and "
+      "summary.json. The server measures them (on the simulator, the round); "
+      "off, nothing of them is computed.")
+  diagnostics_subsample: Optional[float] = setting(
+      None, "With --diagnostics, the share of the parameters (a fixed "
+      "random subsample, in (0, 1]) the instruments are computed on; "
+      "default: 0.01 above 1,000,000 parameters, else all of them.",
+      check=Check(lambda v: v is None or (
+          isinstance(v, (int, float)) and not isinstance(v, bool) and
+          0 < v <= 1), "a number in (0, 1] (or leave it unset)"))
+  diagnostics_every: int = setting(
+      10, "With --diagnostics, every how many commits the cosine of the "
+      "commit with the negative gradient at the center is taken, on a "
+      "fixed probe set (the first 1,000 training examples).",
+      check=POSITIVE_INT)
+
   metric_writers: str = setting(
       "jsonl", "Where the rows of metrics.jsonl also go, comma-separated: "
       "jsonl (always on) and tensorboard (event files in the workdir, for "
@@ -559,27 +581,6 @@ class SimulatedOptions(BackendOptions):
   eval_every_rounds: int = setting(
       10, "rounds between evaluations of the center; 0: only the final one.",
       check=NON_NEGATIVE_INT)
-  diagnostics: bool = setting(
-      False, "the per-commit instruments (agn_jax.instruments): "
-      "each applied commit's norm, distance staleness, cosines with the "
-      "previous commit and with the center's movement, the center step and "
-      "the running implicit momentum, and every --diagnostics_every commits "
-      "the cosine with the negative gradient; written into metrics.jsonl's "
-      "commit rows and summary.json (off: the round is compiled as without "
-      "them).")
-  diagnostics_subsample: Optional[float] = setting(
-      None, "with --diagnostics, the share of the parameters (a fixed "
-      "random subsample, in (0, 1]) the instruments are computed on; "
-      "default: 0.01 above 1,000,000 parameters, else all of them.",
-      check=Check(lambda v: v is None or (
-          isinstance(v, (int, float)) and not isinstance(v, bool) and
-          0 < v <= 1), "a number in (0, 1] (or leave it unset)"))
-  diagnostics_every: int = setting(
-      10, "with --diagnostics, every how many commits the cosine of the "
-      "commit with the negative gradient at the center is taken, on a "
-      "fixed probe set (the first 1,000 training examples).",
-      check=POSITIVE_INT)
-
   def fit_error(self) -> Optional[str]:
     """Why the clock's settings do not fit together, or None (`agn_jax.sim.clock.clock_error`)."""
     cluster = importlib.import_module("agn_jax.sim.clock")

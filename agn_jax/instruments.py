@@ -526,6 +526,105 @@ def commit_instruments(subsample: Optional[Subsample] = None,
   return CommitInstruments(init, update)
 
 
+# --- A run's instruments: what they measure, and one commit measured --------
+
+# The gradient cosine's name among a commit's instruments (taken every k-th).
+GRADIENT_COSINE = "gradient_cosine"
+# The probe set of the gradient cosine: the first this many training examples.
+PROBE_EXAMPLES = 1000
+# Above this many parameters the instruments default to a 1 % subsample.
+SUBSAMPLE_ABOVE = 1_000_000
+
+
+def default_subsample(num_params: int) -> float:
+  """The share of the parameters the instruments use by default: 1 % above `SUBSAMPLE_ABOVE`, else all.
+
+  Example:
+    >>> default_subsample(1000), default_subsample(2_000_000)
+    (1.0, 0.01)
+  """
+  return 0.01 if num_params > SUBSAMPLE_ABOVE else 1.0
+
+
+class Diagnostics(NamedTuple):
+  """What a run's instruments measure (`--diagnostics`), fixed when it starts.
+
+  Attributes:
+    subsample: a `Subsample`, or None (every parameter).
+    every: the gradient cosine is taken at the commits applied when the
+      server clock is a multiple of `every` (the 1st, the (k+1)-th, ...).
+
+  Example:
+    >>> d = Diagnostics.of(subsample=None, every=10, seed=0, num_params=50)
+    >>> d.subsample is None, d.every
+    (True, 10)
+  """
+  subsample: Any
+  every: int
+
+  @classmethod
+  def of(cls, subsample: Optional[float], every: int, *, seed: int,
+         num_params: int) -> "Diagnostics":
+    """From the settings: `subsample` a share of the parameters (None: `default_subsample`; 1: all, exact), drawn from `seed`.
+
+    Raises:
+      ValueError: `every` is not an integer >= 1.
+    """
+    if subsample is None:
+      subsample = default_subsample(num_params)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+      raise ValueError(f"diagnostics_every must be an integer >= 1, got "
+                       f"{every!r}")
+    return cls(None if subsample >= 1 else Subsample.from_seed(
+        seed, num_params, subsample), every)
+
+  @property
+  def tools(self) -> CommitInstruments:
+    """The per-commit update over vectors already restricted to the subsample."""
+    return commit_instruments(self.subsample, gathered=True)
+
+  def restrict(self, tree):
+    """`tree` on the subsample's coordinates (as it is without one)."""
+    return tree if self.subsample is None else self.subsample.gather(tree)
+
+
+def measure_commit(diagnostics: Diagnostics, loss_fn, state, probe, commit,
+                   center_pulled, before, after, clock):
+  """The instruments of one applied commit, the gradient cosine where due (jittable).
+
+  What the simulator's round and the processes' server both call for every
+  applied commit.
+
+  Args:
+    diagnostics: the `Diagnostics`.
+    loss_fn: `loss_fn(params, (x, y)) -> (loss, aux)`.
+    state: the `CommitInstrumentsState` so far.
+    probe: the probe set `(x, y)` of the gradient cosine.
+    commit: the commit's `Δ` as sent (decoded), a pytree like the center.
+    center_pulled: the center its worker pulled, already restricted to the
+      subsample (`Diagnostics.restrict`).
+    before, after: the center just before and just after the apply.
+    clock: the server clock before the apply.
+
+  Returns:
+    `(state, {name: float32 scalar})`: `SCALARS` and `GRADIENT_COSINE` (NaN
+    unless `clock` is a multiple of `diagnostics.every`).
+  """
+  restrict = diagnostics.restrict
+  state, scalars = diagnostics.tools.update(
+      state, restrict(commit), center_pulled, restrict(before),
+      restrict(after))
+
+  def gradient(_):
+    return gradient_cosine(loss_fn, before, probe, commit,
+                           diagnostics.subsample,
+                           has_aux=True).astype(jnp.float32)
+
+  due = clock % diagnostics.every == 0
+  return state, dict(scalars, **{GRADIENT_COSINE: lax.cond(
+      due, gradient, lambda _: jnp.float32(jnp.nan), None)})
+
+
 def scalars_to_floats(scalars: Dict[str, jax.Array]) -> Dict[str, float]:
   """The scalars of `update` as Python floats (one device-to-host transfer).
 

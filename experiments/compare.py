@@ -402,7 +402,8 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
     "metric": the runs' shared efficiency metric (None if they differ),
     "runs": [per run: name, path, time_base, metric (its efficiency
     metric), final_test_<metric>, training_seconds, startup_seconds,
-    commits, convergence, data_budget],
+    commits, convergence, data_budget, instruments
+    (`instruments_summary`)],
     "same_time_base", "same_budget", "differing_budget", "warnings":
     [lines], "pairs": [a, b, test, train]}`.
 
@@ -423,7 +424,8 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
         "commits": int(len(run.commits["time"])),
         "convergence": curves.convergence(run),
         "outcome": run_outcome(run),
-        "data_budget": data_budget(run)})
+        "data_budget": data_budget(run),
+        "instruments": instruments_summary(run)})
   warnings = []
   same_base = len({r["time_base"] for r in per_run}) == 1
   if not same_base:
@@ -475,6 +477,15 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
           "same_time_base": same_base, "same_budget": same,
           "differing_budget": differing, "warnings": warnings,
           "pairs": chosen}
+
+
+def instruments_summary(run: Run) -> Optional[Dict[str, object]]:
+  """What `--diagnostics` measured over the run (summary.json's `implicit_momentum`, `theory_momentum`, `mean_<instrument>`, `instrumented_commits`), or None without them."""
+  keys = ("implicit_momentum", "theory_momentum", "instrumented_commits",
+          *(f"mean_{name}" for name in events.INSTRUMENTS))
+  if "instrumented_commits" not in run.summary:
+    return None
+  return {key: run.summary.get(key) for key in keys}
 
 
 def comparison_table(runs: Sequence[Run],
@@ -554,6 +565,9 @@ def main(argv):
   try:
     plots.plot_comparison(runs, output, labels(runs), window,
                           time_base=report["time_base"])
+    traces = plots.plot_instruments(
+        runs, os.path.splitext(output)[0] + "-instruments.png", labels(runs),
+        time_base=report["time_base"])
     with open(json_path, "w") as f:
       f.write(events.strict_json(report, indent=2))
       f.write("\n")
@@ -561,6 +575,8 @@ def main(argv):
     flags_lib.exit_with_error(program, f"--output={output}: cannot write "
                               f"({e.strerror or e})")
   print(f"\nplot: {output}\nnumbers: {json_path}")
+  if traces:
+    print(f"instruments: {traces}")
 
 
 def define_efficiency_flags(flag_values: flags.FlagValues = flags.FLAGS

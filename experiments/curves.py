@@ -609,3 +609,40 @@ def startup_seconds(run: Run) -> Optional[float]:
                             run.evals["wall_time"] - run.evals["time"]])
   offsets = offsets[np.isfinite(offsets)]
   return float(np.median(offsets)) if len(offsets) else None
+
+
+def instrument_names(run: Run) -> Tuple[str, ...]:
+  """The instruments (`--diagnostics`) this run recorded in any commit row, in row order."""
+  return tuple(name for name in ev.INSTRUMENTS
+               if np.isfinite(run.commits.get(name, np.array([]))).any())
+
+
+def instrument_trace(run: Run, name: str, time_base: str = "training",
+                     smooth: int = 25) -> Tuple[np.ndarray, np.ndarray,
+                                                np.ndarray]:
+  """`(times, values, running mean)` of one instrument over the run's commits.
+
+  Commits without a value (a NaN or null, e.g. a cosine with a zero vector,
+  or the gradient cosine between its k-th commits) are left out; the running
+  mean is over the last `smooth` values with one, the trace a reader sees
+  through the per-commit noise.
+
+  Example:
+    >>> import numpy as np
+    >>> values = np.array([1.0, np.nan, 3.0, 5.0])
+    >>> np.round(_running_mean(values[np.isfinite(values)], 2), 3)
+    array([1., 2., 4.])
+  """
+  times = event_times(run, run.commits, time_base)
+  values = np.asarray(run.commits[name], np.float64)
+  keep = np.isfinite(values) & np.isfinite(times)
+  return times[keep], values[keep], _running_mean(values[keep], smooth)
+
+
+def _running_mean(values: np.ndarray, width: int) -> np.ndarray:
+  """The mean of each value and the `width - 1` before it (fewer at the start)."""
+  sums = np.cumsum(np.concatenate([[0.0], values]))
+  ends = np.arange(1, len(values) + 1)
+  starts = np.maximum(ends - width, 0)
+  return (sums[ends] - sums[starts]) / (ends - starts)
+

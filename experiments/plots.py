@@ -210,3 +210,63 @@ def plot_comparison(runs: Sequence[curves.Run], path: str,
   ax_test.legend(loc="best", fontsize="small")
   fig.tight_layout()
   return save(fig, path)
+
+
+# What each instrument's plot says on its axis (`agn_jax.instruments`).
+INSTRUMENT_TITLES = {
+    "commit_norm": "commit norm ‖Δ‖",
+    "distance_staleness": "distance staleness ‖θ̃_before − θ̃_pulled‖",
+    "cosine_previous_commit": "cos(Δ, previous commit)",
+    "cosine_center_movement": "cos(Δ, θ̃_before − θ̃_pulled)",
+    "center_step_norm": "center step ‖θ̃_after − θ̃_before‖",
+    "implicit_momentum": "implicit momentum μ̂ (dashed: 1 − 1/n)",
+    "gradient_cosine": "cos(Δ, −∇L(θ̃_before)) on the probe set",
+}
+
+
+def plot_instruments(runs: Sequence[curves.Run], path: str,
+                     names: Optional[Sequence[str]] = None,
+                     time_base: Optional[str] = None,
+                     smooth: int = 25) -> Optional[str]:
+  """The per-commit instruments of several runs over time, one plot per instrument; None if no run recorded any.
+
+  Each run's values are faint dots, their running mean over `smooth`
+  commits a line (`curves.instrument_trace`); μ̂'s plot marks each run's
+  theory value `1 − 1/n` dashed. A run without `--diagnostics` is absent
+  from the plots and named in the title.
+  """
+  names = names or curves.labels(runs)
+  time_base = time_base or curves.default_time_base(runs)
+  recorded = [curves.instrument_names(run) for run in runs]
+  shown = [n for n in INSTRUMENT_TITLES if any(n in r for r in recorded)]
+  if not shown:
+    return None
+  columns = min(3, len(shown))
+  rows = -(-len(shown) // columns)
+  fig, axes = pyplot().subplots(rows, columns, squeeze=False,
+                                figsize=(5.5 * columns, 3.6 * rows))
+  for ax, name in zip(axes.flat, shown):
+    for i, (label, run, has) in enumerate(zip(names, runs, recorded)):
+      if name not in has:
+        continue
+      color = f"C{i % 10}"
+      times, values, mean = curves.instrument_trace(run, name, time_base,
+                                                    smooth)
+      ax.plot(times, values, ".", color=color, alpha=0.15, markersize=2)
+      ax.plot(times, mean, color=color, label=label)
+      n = run.config.get("num_workers")
+      if name == "implicit_momentum" and isinstance(n, int) and n > 0:
+        ax.axhline(1 - 1 / n, color=color, linestyle="--", linewidth=0.8)
+    ax.set_title(INSTRUMENT_TITLES[name], fontsize="medium")
+    ax.set_xlabel(time_label(time_base))
+    ax.grid(alpha=0.3)
+  for ax in list(axes.flat)[len(shown):]:
+    ax.axis("off")
+  axes.flat[0].legend(loc="best", fontsize="small")
+  missing = [label for label, has in zip(names, recorded) if not has]
+  if missing:
+    fig.suptitle("without --diagnostics (not shown): " + ", ".join(missing),
+                 fontsize="small")
+  fig.tight_layout()
+  return save(fig, path)
+

@@ -14,7 +14,9 @@ at most 1.15). Measured on a busy 2-core CPU (2026-12-03), paper MLP,
 n = 2, λ = 4, batch 32, 11 rounds: 1.26 with `--every 10` and 1.07 with
 `--every 1000`: with such short windows the probe's forward and backward
 pass (1,000 examples every 10 commits, against 128 training samples per
-commit) is most of the cost; it shrinks in proportion to λ · batch.
+commit) is most of the cost; it shrinks in proportion to λ · batch: at the
+paper's λ = 40, batch 128 (`--window 40 --batch 128 --rounds 7 --size
+20000`, load 7–9) it was 1.030.
 A quick check of the script itself:
 
     python scripts/bench_diagnostics.py --workers 2 --window 2 --batch 16 \
@@ -33,7 +35,7 @@ DIM = 784  # MNIST-shaped inputs: the paper MLP.
 
 
 def _config(args, train_size, diagnostics):
-  from agn_jax.config import SimulatedOptions, TrainConfig  # pylint: disable=g-import-not-at-top
+  from agn_jax.config import TrainConfig  # pylint: disable=g-import-not-at-top
   # Just over `rounds` windows per worker.
   epochs = ((args.rounds * args.window * args.batch + 0.5) * args.workers /
             train_size)
@@ -42,10 +44,8 @@ def _config(args, train_size, diagnostics):
       communication_window=args.window, dataset="synthetic", model="mlp",
       hidden_sizes=tuple(args.hidden), batch_size=args.batch, epochs=epochs,
       worker_optimizer="adam", learning_rate=1e-3, seed=0,
-      backend="simulated",
-      options=SimulatedOptions(
-          diagnostics=diagnostics, diagnostics_subsample=args.subsample,
-          diagnostics_every=args.every))
+      backend="simulated", diagnostics=diagnostics,
+      diagnostics_subsample=args.subsample, diagnostics_every=args.every)
 
 
 def main(argv=None):

@@ -21,7 +21,8 @@ names `soak`), with AGN_JAX_SOAK=1, or when named one by one as
 `FILE::TEST`; `bash scripts/soak.sh` runs them all.
 
 The tests come in two folders: `tests/unit/` (in-process, fast) and
-`tests/e2e/` (real processes, Ray, CLI subprocesses, the report's quick
+`tests/e2e/` (real processes, Ray, CLI subprocesses, and whole runs in
+this process: simulated runs, the loops on threads, the report's quick
 study). The `slow` marker follows the folder: every test under `tests/e2e/`
 gets it here, so `-m "not slow"` and `tests/unit` run the same tests. The
 helpers both import (`helpers`, `strategy_reference`, `fifth_strategy`) stay
@@ -41,7 +42,10 @@ _XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def pytest_configure(config):
-  del config
+  # pytest-xdist hands out files by their number of tests, most first,
+  # unless told not to: `_longest_first`'s order is the one wanted.
+  if getattr(config.option, "loadscopereorder", None):
+    config.option.loadscopereorder = False
   os.environ.setdefault("XLA_FLAGS", _XLA_FLAGS)
   if os.environ.get(_CACHE_ENV):  # The caller chose a cache: keep it.
     return
@@ -102,14 +106,23 @@ def _named(config):
   return named
 
 
-# The suite's longest files (their summed test time, 2026-12-03), handed out
-# first: pytest-xdist's `--dist loadfile` gives files to its two processes in
-# collection order, so a long file collected last (test_report.py's quick
-# study) would otherwise run alone at the end while the other process idles.
+# The suite's longest files, longest first (their summed test time,
+# 2026-12-03), then the unit layer's: pytest-xdist's `--dist loadfile` gives
+# files to its two processes in this order (see `pytest_configure`), so a
+# long file handed out last (test_report_e2e.py's quick study) would
+# otherwise run alone at the end while the other process idles.
 _LONGEST_FIRST = (
-    "tests/unit/test_report.py", "tests/e2e/test_ray_backend.py",
+    "tests/e2e/test_report_e2e.py", "tests/e2e/test_ray_backend.py",
     "tests/e2e/test_reliability.py", "tests/e2e/test_outcomes.py",
-    "tests/e2e/test_cli.py", "tests/e2e/test_simulated_backend.py",
+    "tests/e2e/test_simulator_e2e.py", "tests/e2e/test_cli.py",
+    "tests/e2e/test_simulated_backend.py", "tests/e2e/test_runtime_e2e.py",
+    "tests/e2e/test_diagnostics_e2e.py", "tests/e2e/test_compression_e2e.py",
+    "tests/e2e/test_compare_e2e.py", "tests/e2e/test_dylu_e2e.py",
+    "tests/e2e/test_assignment_e2e.py",
+    "tests/unit/test_instruments.py", "tests/unit/test_kernel.py",
+    "tests/unit/test_transform.py", "tests/unit/test_compression.py",
+    "tests/unit/test_simulator.py", "tests/unit/test_strategies.py",
+    "tests/unit/test_readme.py",
 )
 
 

@@ -27,12 +27,14 @@ from agn_jax.wire import CommitMeta
 _POLL_SECONDS = 0.2
 
 
-def server_apply_fn(strategy, layout):
+def server_apply_fn(strategy, layout, donate: bool = True):
   """`apply(center_flat, state, payload, staleness) -> (center_flat, state, accepted)`, jitted.
 
   `strategy.server_apply` sees the same pytrees it sees in a single process;
   the flat arrays (`agn_jax.wire.pack`, compressed with `--commit_compression`)
-  are only the wire format.
+  are only the wire format. With `donate` the center's buffer is reused for
+  the new one; without, the center before the apply stays (the instruments
+  read it).
   """
   import jax
 
@@ -42,7 +44,88 @@ def server_apply_fn(strategy, layout):
         center, state, wire.unpack(strategy, payload, center), staleness)
     return layout.ravel(center), state, accepted
 
-  return jax.jit(apply, donate_argnums=(0,))
+  return jax.jit(apply, donate_argnums=(0,) if donate else ())
+
+
+class ServerInstruments:
+  """`--diagnostics` on the server: each applied commit measured as the simulator measures it (`agn_jax.instruments.measure_commit`).
+
+  The center a commit's worker pulled is the one published at the commit's
+  clock (`CommitMeta.clock`), so the server keeps the centers it published
+  (on the subsample's coordinates), from the oldest clock a worker may still
+  commit against: each worker's next commit pulled at its last one's clock
+  or later. A commit whose center is no longer known (one queued before a
+  resume) has NaN for the instruments that need it.
+
+  Args:
+    config: the run's `TrainConfig`.
+    strategy, layout, loss_fn: the run's strategy, `FlatLayout` and loss.
+    arrays: the run's data arrays; the first `instruments.PROBE_EXAMPLES`
+      training examples are the gradient cosine's probe set.
+    center: the flat center the server starts from, at `clock`.
+    clock: its clock.
+  """
+
+  def __init__(self, config, strategy, layout, loss_fn, arrays, center,
+               clock: int):
+    import jax
+    import jax.numpy as jnp
+    from agn_jax import instruments
+    self.diagnostics = diagnostics = instruments.Diagnostics.of(
+        config.diagnostics_subsample, config.diagnostics_every,
+        seed=config.seed, num_params=layout.num_params)
+    x, y = arrays["x_train"], arrays["y_train"]
+    probe = min(instruments.PROBE_EXAMPLES, len(x))
+    self.probe = (jnp.asarray(x[:probe]), jnp.asarray(y[:probe]))
+    self._restrict = jax.jit(
+        lambda c: diagnostics.restrict(layout.unravel(c)))
+    self.pulled = {clock: self._restrict(center)}
+    self.floor = [clock] * config.num_workers
+    self.state = jax.jit(diagnostics.tools.init)(self.pulled[clock])
+
+    def measure(state, probe, payload, pulled, before_flat, after_flat,
+                clock):
+      before = layout.unravel(before_flat)
+      delta = strategy.decompress(wire.unpack(strategy, payload, before),
+                                  before)["delta"]
+      return instruments.measure_commit(
+          diagnostics, loss_fn, state, probe, delta, pulled, before,
+          layout.unravel(after_flat), clock)
+
+    def unknown(like):
+      return jax.tree.map(lambda a: jnp.full_like(a, jnp.nan), like)
+
+    self._measure = jax.jit(measure)
+    self._unknown = jax.jit(unknown)
+
+  def commit(self, meta: CommitMeta, payload, before, after,
+             clock: int) -> Dict[str, float]:
+    """The instruments of an applied commit: `{name: float}`, the gradient cosine only where due.
+
+    Args:
+      meta: the commit's `CommitMeta`.
+      payload: its flat arrays, as it came (read before the commit is
+        released).
+      before, after: the flat center before and after the apply.
+      clock: the server clock before the apply.
+    """
+    from agn_jax import instruments
+    pulled = self.pulled.get(meta.clock)
+    if pulled is None:
+      pulled = self._unknown(self.pulled[max(self.pulled)])
+    self.state, scalars = self._measure(self.state, self.probe,
+                                        tuple(payload), pulled, before,
+                                        after, np.int32(clock))
+    measured = instruments.scalars_to_floats(scalars)
+    if clock % self.diagnostics.every:
+      del measured[instruments.GRADIENT_COSINE]
+    # Centers no worker can still have pulled are dropped.
+    self.floor[meta.worker] = meta.clock
+    self.pulled[clock + 1] = self._restrict(after)
+    oldest = min(self.floor)
+    for old in [c for c in self.pulled if c < oldest]:
+      del self.pulled[old]
+    return measured
 
 
 class WindowPlanner:
@@ -156,7 +239,7 @@ class _Server:
     import jax.numpy as jnp
     from agn_jax import build, checkpoint
     ctx, transport = self.ctx, self.transport
-    config, strategy, model, _, layout = context.build_parts(ctx)
+    config, strategy, model, loss_fn, layout = context.build_parts(ctx)
     self.layout = layout
     self.checkpoint_dir = os.path.join(config.workdir, "checkpoints")
     initial = layout.ravel_numpy(build.initial_center(
@@ -215,7 +298,11 @@ class _Server:
         transport.set_window_plan(w, WindowPlan(0, 0, *self._ticket(
             config.communication_window)))
     center = jnp.asarray(initial)
-    apply = server_apply_fn(strategy, layout)
+    measuring = (ServerInstruments(config, strategy, layout, loss_fn,
+                                   ctx.data.arrays(), center, self.clock)
+                 if config.diagnostics else None)
+    # The instruments read the center before the apply: it is not donated.
+    apply = server_apply_fn(strategy, layout, donate=measuring is None)
     transport.publish(initial, clock=self.clock)
     self.checkpointer = checkpoint.Checkpointer(self.checkpoint_dir,
                                                 saved_step)
@@ -245,6 +332,7 @@ class _Server:
           continue
         meta = message.meta
         staleness = self.clock - meta.clock
+        before = center
         center, state, accepted = apply(center, state, tuple(message.payload),
                                         np.int32(staleness))
         if self.planner is not None or self.tickets is not None:
@@ -255,6 +343,11 @@ class _Server:
           transport.release(message)
           ctx.events.put(events.Rejected(time.time(), meta.worker, self.clock))
           continue
+        measured = None
+        if measuring is not None:  # Before the release: it reads the payload.
+          measured = measuring.commit(meta, message.payload, before, center,
+                                      self.clock)
+        del before
         host = np.asarray(center)
         self.clock += 1
         transport.publish(host, self.clock)
@@ -265,7 +358,7 @@ class _Server:
             time.time(), meta._replace(local_updates=(
                 (meta.local_updates or config.communication_window)
                 if self.planner is not None else 0)),
-            self.clock, staleness))
+            self.clock, staleness, instruments=measured))
       if self.ctx.config["checkpoint_at_end"]:
         self._save(center, state, final=True)
     finally:

@@ -100,7 +100,7 @@ class RoundRecords(NamedTuple):
     step_metrics: `{name: [n, λ]}` each worker's local steps' values of the
       step metric (the task's efficiency metric), by worker; empty when the
       loss reports no such metric.
-    instruments: with diagnostics (`Diagnostics`), `{name: [n]}` of each
+    instruments: with diagnostics (`agn_jax.instruments.Diagnostics`), `{name: [n]}` of each
       commit's instruments in commit order, the names
       `agn_jax.instruments.SCALARS` and `gradient_cosine` (NaN for a
       rejected commit, and the gradient cosine but every k-th); else None.
@@ -112,31 +112,6 @@ class RoundRecords(NamedTuple):
   rejected: Any
   step_metrics: Any
   instruments: Any = None
-
-
-GRADIENT_COSINE = "gradient_cosine"
-
-
-class Diagnostics(NamedTuple):
-  """How a round measures its commits (`agn_jax.instruments`), fixed at trace time.
-
-  Attributes:
-    subsample: an `agn_jax.instruments.Subsample`, or None (every
-      parameter).
-    every: the gradient cosine is taken at the commits applied when the
-      server clock is a multiple of `every` (the 1st, the (k+1)-th, ...).
-  """
-  subsample: Any
-  every: int
-
-  @property
-  def tools(self) -> instruments_lib.CommitInstruments:
-    """The per-commit update over vectors already restricted to the subsample."""
-    return instruments_lib.commit_instruments(self.subsample, gathered=True)
-
-  def restrict(self, tree):
-    """`tree` on the subsample's coordinates (as it is without one)."""
-    return tree if self.subsample is None else self.subsample.gather(tree)
 
 
 class DiagnosticsCarry(NamedTuple):
@@ -151,7 +126,7 @@ class DiagnosticsCarry(NamedTuple):
   pulled: Any
 
 
-def initial_diagnostics(diagnostics: Diagnostics, center, num_workers: int,
+def initial_diagnostics(diagnostics: instruments_lib.Diagnostics, center, num_workers: int,
                         sharding) -> DiagnosticsCarry:
   """No commit measured yet; every worker holds `center`."""
 
@@ -343,7 +318,7 @@ def build_restart(strategy, sharding):
 def build_round(strategy, loss_fn, *, mesh, num_workers: int,
                 workers_per_call: int, keeps_pulled: bool,
                 dynamic_local_updates: bool,
-                diagnostics: Diagnostics = None,
+                diagnostics: instruments_lib.Diagnostics = None,
                 step_metric: Optional[str] = "accuracy"):
   """One round, jitted: `round_fn(workers, center, server, indices, ...)`.
 
@@ -364,7 +339,7 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
     workers_per_call: k, per device.
     keeps_pulled: the workers keep the center they pulled (`Workers.pulled`).
     dynamic_local_updates: windows may be shorter than λ (`lengths`).
-    diagnostics: None, or the `Diagnostics` that measure each applied
+    diagnostics: None, or the `agn_jax.instruments.Diagnostics` that measure each applied
       commit (`agn_jax.instruments.commit_instruments`: `Δ` is the payload's
       decoded `delta` as sent, the pulled center the one its worker last
       received) and every k-th its gradient cosine on the probe set. None
@@ -460,34 +435,23 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
   def measure(diag, probe, worker, payload, pulled, before, after, clock,
               accepted):
     """The instruments of one commit: `(new carry, {name: scalar})`."""
-    tools = diagnostics.tools
     delta = strategy.decompress(payload, before)["delta"]
     if strategy.pull_before_commit:  # Pulled just now: nothing moved.
       center_pulled = diagnostics.restrict(pulled)
     else:
       center_pulled = jax.tree.map(lambda a: a[worker], diag.pulled)
-    restricted = (diagnostics.restrict(delta), center_pulled,
-                  diagnostics.restrict(before), diagnostics.restrict(after))
 
     def update(state):
-      return tools.update(state, *restricted)
+      return instruments_lib.measure_commit(
+          diagnostics, loss_fn, state, probe, delta, center_pulled, before,
+          after, clock)
 
     def skip(state):  # A rejected commit moved nothing and is not measured.
       shapes = jax.eval_shape(update, state)[1]
       return state, {k: jnp.full(v.shape, jnp.nan, v.dtype)
                      for k, v in shapes.items()}
 
-    state, scalars = jax.lax.cond(accepted, update, skip, diag.state)
-
-    def gradient(_):
-      return instruments_lib.gradient_cosine(
-          loss_fn, before, probe, delta, diagnostics.subsample,
-          has_aux=True).astype(jnp.float32)
-
-    due = accepted & (clock % diagnostics.every == 0)
-    scalars = dict(scalars, **{GRADIENT_COSINE: jax.lax.cond(
-        due, gradient, lambda _: jnp.float32(jnp.nan), None)})
-    return state, scalars
+    return jax.lax.cond(accepted, update, skip, diag.state)
 
   def commit_one(i, carry):
     """The i-th commit of the round, through the strategy's half-steps."""
@@ -555,7 +519,7 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
       diag, probe_x, probe_y = measured
       rec["instruments"] = {
           name: jnp.full(slots, jnp.nan, jnp.float32)
-          for name in instruments_lib.SCALARS + (GRADIENT_COSINE,)}
+          for name in instruments_lib.SCALARS + (instruments_lib.GRADIENT_COSINE,)}
       workers, center, server, rec, diag, _ = jax.lax.fori_loop(
           0, num_commits, commit_one,
           (workers, center, server, rec, diag, (probe_x, probe_y)))

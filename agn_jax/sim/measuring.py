@@ -6,9 +6,8 @@ module decides what they measure (a subsample of the parameters, the probe
 set of the gradient cosine), holds what they carry from round to round, and
 reads one commit's values out of a round's records.
 
-Example:
-  >>> default_subsample(1000), default_subsample(2_000_000)
-  (1.0, 0.01)
+The defaults (`instruments.default_subsample`, `instruments.PROBE_EXAMPLES`)
+are the instruments' own, the same on every backend.
 """
 
 from typing import Any, Dict, Optional
@@ -18,28 +17,18 @@ import jax
 from agn_jax import instruments
 from agn_jax.sim import engine
 
-# The probe set of the gradient cosine: the first this many training examples.
-PROBE_EXAMPLES = 1000
-# Above this many parameters the instruments default to a 1 % subsample.
-SUBSAMPLE_ABOVE = 1_000_000
-
-
-def default_subsample(num_params: int) -> float:
-  """The share of the parameters the instruments use by default: 1 % above `SUBSAMPLE_ABOVE`, else all."""
-  return 0.01 if num_params > SUBSAMPLE_ABOVE else 1.0
-
-
 class Measuring:
   """The instruments of one simulation: what they measure and what they carry between rounds.
 
   Args:
     subsample: the share of the parameters they use (None:
-      `default_subsample`; 1: every parameter, exact), drawn from `seed`.
+      `instruments.default_subsample`; 1: every parameter, exact), drawn
+      from `seed`.
     every: the gradient cosine is taken at every `every`-th commit.
     seed: seeds the subsample.
     num_params: the model's parameters.
-    x_train, y_train: the training set; its first `PROBE_EXAMPLES` are the
-      probe set.
+    x_train, y_train: the training set; its first
+      `instruments.PROBE_EXAMPLES` are the probe set.
     center: the center the workers start from.
     num_workers: n.
     replicated: the sharding of what every device holds.
@@ -51,16 +40,10 @@ class Measuring:
   def __init__(self, subsample: Optional[float], every: int, *, seed: int,
                num_params: int, x_train, y_train, center, num_workers: int,
                replicated):
-    if subsample is None:
-      subsample = default_subsample(num_params)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-      raise ValueError(f"diagnostics_every must be an integer >= 1, got "
-                       f"{every!r}")
     self.num_params = num_params
-    self.diagnostics = engine.Diagnostics(
-        None if subsample >= 1 else instruments.Subsample.from_seed(
-            seed, num_params, subsample), every)
-    probe = min(PROBE_EXAMPLES, len(x_train))
+    self.diagnostics = instruments.Diagnostics.of(
+        subsample, every, seed=seed, num_params=num_params)
+    probe = min(instruments.PROBE_EXAMPLES, len(x_train))
     self.probe = (jax.device_put(x_train[:probe], replicated),
                   jax.device_put(y_train[:probe], replicated))
     self._num_workers, self._replicated = num_workers, replicated
@@ -88,5 +71,5 @@ class Measuring:
     """
     measured = {name: float(v[i]) for name, v in values.items()}
     if (clock - 1) % self.diagnostics.every:
-      del measured[engine.GRADIENT_COSINE]
+      del measured[instruments.GRADIENT_COSINE]
     return measured

@@ -109,15 +109,15 @@ class Simulation:
     data_assignment: how the samples reach the workers
       (`agn_jax.shares.ASSIGNMENTS`).
     diagnostics: measure every applied commit with `agn_jax.instruments`
-      inside the round (`engine.Diagnostics`); each `Handled` then
+      inside the round (`agn_jax.instruments.Diagnostics`); each `Handled` then
       carries them (`instruments`). Off, the round is traced as without.
     diagnostics_subsample: with `diagnostics`, the share of the parameters
       they are computed on (`agn_jax.instruments.Subsample.from_seed(seed, p,
-      fraction)`); None: `measuring.default_subsample(p)`; 1: every
+      fraction)`); None: `instruments.default_subsample(p)`; 1: every
       parameter.
     diagnostics_every: with `diagnostics`, the gradient cosine is taken at
       every k-th applied commit (the 1st, the (k+1)-th, ...), on the probe
-      set: the first `measuring.PROBE_EXAMPLES` training examples.
+      set: the first `instruments.PROBE_EXAMPLES` training examples.
 
   Raises:
     ValueError: one line, for a bad size, a time model of other workers or
@@ -291,9 +291,9 @@ class Simulation:
                apply_fn=model.apply, task=build.build_task(config),
                dynamic_local_updates=config.dynamic_local_updates,
                data_assignment=config.data_assignment,
-               diagnostics=options.diagnostics,
-               diagnostics_subsample=options.diagnostics_subsample,
-               diagnostics_every=options.diagnostics_every)
+               diagnostics=config.diagnostics,
+               diagnostics_subsample=config.diagnostics_subsample,
+               diagnostics_every=config.diagnostics_every)
 
   def _set_devices(self, mesh: Optional[Mesh], workers_per_call) -> None:
     """The mesh, k and the two shardings (workers, replicated)."""
@@ -413,8 +413,8 @@ class Simulation:
     }
 
   @property
-  def diagnostics(self) -> Optional[engine.Diagnostics]:
-    """What the round's instruments measure (`engine.Diagnostics`), or None without `diagnostics`."""
+  def diagnostics(self):
+    """What the round's instruments measure (`agn_jax.instruments.Diagnostics`), or None without `diagnostics`."""
     return None if self._measuring is None else self._measuring.diagnostics
 
   @property

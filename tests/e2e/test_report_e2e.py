@@ -317,3 +317,16 @@ def test_ctrl_c_keeps_the_report_and_the_same_command_resumes(tmp_path):
   books = runner.Study(study_dir)
   assert all(books.ledger[f"downpour/{r.name}"]["completed"]
              for r in design.preset("quick").section_runs(design.DOWNPOUR))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--preset=nope"], "--preset"),
+    (["--sections=grid,bogus"], "--sections accepts"),
+    (["--report_only"], "holds no study"),
+])
+def test_bad_flags_are_one_line(tmp_path, args, message):
+  result = run_report(f"--study_dir={tmp_path}", *args, timeout=60)
+  assert result.returncode == 2
+  assert "Traceback" not in result.stderr
+  assert result.stderr.strip().count("\n") == 0, result.stderr
+  assert message in result.stderr

@@ -14,14 +14,15 @@ import numpy as np
 import optax
 import pytest
 
-from agn_jax import build, data
+from agn_jax import build, checkpoint, data
+from agn_jax.config import ProcessesOptions
 from agn_jax.runtime import Fault, Faults, RunError, train
 from agn_jax.shares import BatchSampler
-from helpers import assert_nothing_left
+from helpers import assert_nothing_left, train_in_process
 from test_runtime import _config
 
 
-# Every test here starts real processes.
+# Every test here starts real processes, but the last: the same loops as threads.
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -215,3 +216,29 @@ def test_signal_to_the_launcher_ends_every_process(tmp_path, signum):
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["interrupted"] is True
   assert_nothing_left(workdir)
+
+
+def test_the_real_loops_on_threads_apply_every_commit(tmp_path):
+  """The server, 2 workers and the evaluator as threads under the real supervisor: no process, seconds."""
+  lam, batch, windows = 5, 32, 6
+  ds = data.load("digits", seed=0)
+  epochs = (windows * lam * batch * 2 + 1) / len(ds.x_train)
+  config = _config(tmp_path, num_workers=2, communication_window=lam,
+                   hidden_sizes=(16,), epochs=epochs,
+                   options=ProcessesOptions(cache_dir="")).resolved()
+  summary, center, run = train_in_process(config)
+  assert not [t for t in run.threads.values() if t.is_alive()]
+  assert summary["num_commits"] == summary["expected_commits"] == 2 * windows
+  assert summary["worker_commits"] == [windows, windows]
+  assert summary["rejected_commits"] == 0 and summary["completed"]
+  commits = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl")
+             .read_text().splitlines() if '"commit"' in l]
+  assert [c["clock"] for c in commits] == list(range(1, 2 * windows + 1))
+  model, _ = build.build_model(config, ds.num_classes, ds.input_shape)
+  initial = np.concatenate([np.ravel(l) for l in jax.tree.leaves(
+      build.initial_center(config, model, ds.x_train.shape[1]))])
+  assert np.abs(center - initial).max() > 1e-3  # The center moved.
+  # The final checkpoint (asked for through the supervisor) holds it.
+  saved = checkpoint.restore(str(tmp_path / "run" / "checkpoints"))
+  assert saved.step == 2 * windows
+  np.testing.assert_array_equal(saved.center, center)

@@ -155,7 +155,7 @@ def test_one_worker_agrees_with_the_processes_backend(tmp_path):
   assert steps["simulated"] == steps["processes"]
 
 
-# soak: tests/unit/test_simulator.py's CommitOrderTest.test_speeds covers the
+# soak: tests/e2e/test_simulator_e2e.py's CommitOrderTest.test_speeds covers the
 # commit order of per-worker speeds, test_bad_worker_speeds_is_one_line the
 # --speed_model=speeds: flag reaching the config's checks, and
 # test_ctrl_c_checkpoints_between_rounds_and_resume_finishes a simulated run

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from agn_jax import metrics
+from agn_jax.runtime import events
 from experiments import compare
 from experiments import curves
+from experiments import plots
 from helpers import REPO
 
 ROOT = str(REPO)
@@ -344,3 +346,64 @@ def test_compare_and_plots_do_not_import_each_other():
     imported = {alias.name for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert other not in imported, (module, other)
+
+
+def _instrumented_run(directory, commits, n=4, every=3, seed=0):
+  """A run whose commit rows carry the instruments (`--diagnostics`), one a second; their values are seeded noise, the cosines NaN at the first commit."""
+  rng = np.random.default_rng(seed)
+  extra = []
+  for i in range(commits):
+    row = {"event": "commit", "time": float(i), "wall_time": float(i) + 1,
+           "worker": i % n, "clock": i + 1, "staleness": i % n, "loss": 0.5,
+           "accuracy": 0.5}
+    for name in ("commit_norm", "distance_staleness", "center_step_norm"):
+      row[name] = float(rng.uniform(0.5, 1.5))
+    row["cosine_previous_commit"] = None if i == 0 else float(
+        rng.uniform(-1, 1))
+    row["cosine_center_movement"] = None if i == 0 else float(
+        rng.uniform(-1, 1))
+    row["implicit_momentum"] = None if i < 2 else float(rng.uniform(0, 1))
+    if i % every == 0:
+      row["gradient_cosine"] = float(rng.uniform(-1, 1))
+    extra.append(json.dumps(row))
+  summary = {"implicit_momentum": json.loads(extra[-1])["implicit_momentum"],
+             "theory_momentum": 1 - 1 / n, "instrumented_commits": commits,
+             "mean_commit_norm": 1.0}
+  return write_run(directory, eval_curve=[(0, 0.1), (commits, 0.9)],
+                   extra_lines=extra, startup=1.0, summary=summary,
+                   config=config(num_workers=n))
+
+
+def test_instrument_traces_leave_out_commits_without_a_value(tmp_path):
+  run = compare.read_run(_instrumented_run(tmp_path / "a", commits=10))
+  assert curves.instrument_names(run) == events.INSTRUMENTS
+  times, values, mean = curves.instrument_trace(run, "gradient_cosine",
+                                                smooth=2)
+  rows = [json.loads(line) for line in
+          open(tmp_path / "a" / "metrics.jsonl")]
+  taken = [r for r in rows if "gradient_cosine" in r]
+  np.testing.assert_allclose(times, [r["time"] for r in taken])
+  np.testing.assert_allclose(values, [r["gradient_cosine"] for r in taken])
+  # The running mean of each value and the one before it, by hand.
+  by_hand = [values[0]] + [(a + b) / 2 for a, b in zip(values, values[1:])]
+  np.testing.assert_allclose(mean, by_hand)
+  times, _, _ = curves.instrument_trace(run, "cosine_previous_commit")
+  assert times[0] == 1.0  # The first commit's cosine has no value.
+
+
+def test_compare_draws_the_instruments_of_the_runs_that_have_them(tmp_path):
+  with_them = compare.read_run(_instrumented_run(tmp_path / "a", 30))
+  without = compare.read_run(write_run(
+      tmp_path / "b", eval_curve=[(0, 0.1), (30, 0.8)],
+      commit_curve=[(t, 0.5) for t in range(30)], startup=1.0,
+      config=config(num_workers=4)))
+  path = plots.plot_instruments([with_them, without],
+                                str(tmp_path / "instruments.png"))
+  assert path and os.path.getsize(path) > 0
+  assert plots.plot_instruments([without, without],
+                                str(tmp_path / "none.png")) is None
+  assert not os.path.exists(tmp_path / "none.png")
+  report = compare.comparison([with_them, without])
+  assert report["runs"][0]["instruments"]["theory_momentum"] == 0.75
+  assert report["runs"][0]["instruments"]["instrumented_commits"] == 30
+  assert report["runs"][1]["instruments"] is None

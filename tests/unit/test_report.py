@@ -370,19 +370,6 @@ def test_time_rows_say_when_they_are_fitted_or_not_independent():
 # The quick study, end to end.
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--preset=nope"], "--preset"),
-    (["--sections=grid,bogus"], "--sections accepts"),
-    (["--report_only"], "holds no study"),
-])
-def test_bad_flags_are_one_line(tmp_path, args, message):
-  result = run_report(f"--study_dir={tmp_path}", *args, timeout=60)
-  assert result.returncode == 2
-  assert "Traceback" not in result.stderr
-  assert result.stderr.strip().count("\n") == 0, result.stderr
-  assert message in result.stderr
-
-
 def test_an_error_that_follows_an_interrupt_is_the_interrupt():
   # Ctrl-C while an extension module initializes (tensorstore, under
   # orbax) comes out of the import as "ImportError: initialization failed";
