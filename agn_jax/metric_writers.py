@@ -88,7 +88,8 @@ def parse(text: str) -> Tuple[str, ...]:
 
 def open_writers(text: str, workdir: str, config: Dict[str, object],
                  purge_step: Optional[int] = None,
-                 pending_staleness: Sequence[int] = ()) -> List[MetricWriter]:
+                 pending_staleness: Sequence[int] = (),
+                 metrics: Sequence[str] = ("accuracy",)) -> List[MetricWriter]:
   """The writers besides jsonl that `text` names, opened in `workdir`.
 
   Args:
@@ -100,6 +101,8 @@ def open_writers(text: str, workdir: str, config: Dict[str, object],
       earlier session wrote from this step on is superseded.
     pending_staleness: on resume, the staleness of the kept commits after
       the last kept evaluation (the next histogram's).
+    metrics: the names of the task's metrics the rows carry
+      (`agn_jax.tasks.Task.metric_names`).
 
   Raises:
     OSError: a writer cannot create its file.
@@ -107,7 +110,7 @@ def open_writers(text: str, workdir: str, config: Dict[str, object],
   writers: List[MetricWriter] = []
   if "tensorboard" in parse(text):
     writers.append(TensorBoardWriter(workdir, config, purge_step,
-                                     pending_staleness))
+                                     pending_staleness, metrics))
   return writers
 
 
@@ -116,11 +119,13 @@ class TensorBoardWriter:
 
   Step is the commit count (the server clock after a commit; an evaluation
   is at the clock of the center it tested). What it writes:
-    * per commit: `commit/loss`, `commit/accuracy` (the worker's window
-      means), `commit/staleness`, and its time, `commit/time` (seconds
-      since the start barrier) and `commit/sim_time` (simulated backend);
-    * per evaluation of the center on the test set: `eval/accuracy`,
-      `eval/loss`, `eval/time` and `eval/sim_time`;
+    * per commit: `commit/loss` and `commit/<metric>` for each of the
+      task's named metrics (the worker's window means; classification's
+      `commit/accuracy`), `commit/staleness`, and its time, `commit/time`
+      (seconds since the start barrier) and `commit/sim_time` (simulated
+      backend);
+    * per evaluation of the center on the test set: `eval/loss`,
+      `eval/<metric>` of each metric, `eval/time` and `eval/sim_time`;
     * `staleness`: a histogram of the commits since the previous one, at
       every evaluation; `staleness/run`: one of every commit of the run, at
       its end (one bucket per staleness value);
@@ -142,11 +147,14 @@ class TensorBoardWriter:
       checkpoint this session resumed from).
     pending_staleness: on resume, the staleness of the kept commits after
       the last kept evaluation: the next histogram counts them too.
+    metrics: the names of the task's metrics (`open_writers`).
   """
 
   def __init__(self, logdir: str, config: Dict[str, object],
                purge_step: Optional[int] = None,
-               pending_staleness: Sequence[int] = ()):
+               pending_staleness: Sequence[int] = (),
+               metrics: Sequence[str] = ("accuracy",)):
+    self._fields = ("loss", *metrics, "staleness", "time", "sim_time")
     # pylint: disable=g-import-not-at-top
     from tensorboardX import summary as summary_lib
     from tensorboardX.event_file_writer import EventsWriter
@@ -210,8 +218,8 @@ class TensorBoardWriter:
       return
     step = row["clock"]
     self._step = max(self._step, step)
-    self._scalars(step, {f"{kind}/{key}": row.get(key) for key in
-                         ("loss", "accuracy", "staleness", "time", "sim_time")})
+    self._scalars(step, {f"{kind}/{key}": row.get(key)
+                         for key in self._fields})
     if kind == "commit":  # `--diagnostics`' instruments, where a row has them.
       self._scalars(step, {f"instruments/{key}": row[key]
                            for key in events.INSTRUMENTS if key in row})

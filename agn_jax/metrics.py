@@ -39,12 +39,16 @@ def temporal_efficiency(
     values_b: Sequence[float],
     *,
     initial_value: Optional[float] = 0.0,
+    higher_is_better: bool = True,
 ) -> float:
   """E(a, b) = ∫₀^m f_a dt / ∫₀^m f_b dt, m the shorter training time.
 
   Each curve is the linear interpolation of its samples; its training time is
   its last time. `E > 1` means run `a` reached good values sooner and held
-  them (Hermans et al. 2017).
+  them (Hermans et al. 2017). For a metric lower-is-better (a loss, an
+  error) E is `∫₀^m f_b dt / ∫₀^m f_a dt`, so that `E > 1` still means run
+  `a` did better; such a curve is best given `initial_value=None` (a 0 in
+  front would be its best value).
 
   A curve whose first sample comes after t = 0 gets a point
   `(0, initial_value)` in front: by default 0, i.e. a run earns nothing before
@@ -58,16 +62,21 @@ def temporal_efficiency(
     values_b: metric of run `b`.
     initial_value: value assumed at t = 0 for a curve starting later, or None
       to extend its first value.
+    higher_is_better: the metric's direction (`agn_jax.tasks.Metric`).
 
   Returns:
     The ratio of the integrals as a float.
 
   Raises:
-    ValueError: for empty or malformed curves, m = 0, or ∫f_b = 0.
+    ValueError: for empty or malformed curves, m = 0, or a denominator of 0
+      (∫f_b, or ∫f_a when lower is better).
 
   Example:
     >>> temporal_efficiency([0, 2], [0.5, 0.5], [0, 2, 4], [1.0, 1.0, 1.0])
     0.5
+    >>> temporal_efficiency([0, 2], [0.5, 0.5], [0, 2, 4], [1.0, 1.0, 1.0],
+    ...                     higher_is_better=False)  # Errors: a's is half.
+    2.0
   """
   curves = []
   for name, times, values in (("curve a", times_a, values_a),
@@ -82,9 +91,11 @@ def temporal_efficiency(
     raise ValueError("temporal efficiency needs curves that last beyond t = 0")
   integral_a = _integral(*curves[0], end)
   integral_b = _integral(*curves[1], end)
+  if not higher_is_better:
+    integral_a, integral_b = integral_b, integral_a
   if integral_b == 0:
-    raise ValueError(f"curve b integrates to 0 over [0, {end}]; the ratio is "
-                     "undefined")
+    raise ValueError(f"curve {'b' if higher_is_better else 'a'} integrates "
+                     f"to 0 over [0, {end}]; the ratio is undefined")
   return integral_a / integral_b
 
 
@@ -185,6 +196,7 @@ def thesis_efficiency(
     values_b: Sequence[float],
     window: float = 5.0,
     stride: Optional[float] = None,
+    higher_is_better: bool = True,
 ) -> float:
   """E(a, b) as the thesis computed it, from each run's per-step samples.
 
@@ -207,6 +219,7 @@ def thesis_efficiency(
     values_b: run `b`'s samples.
     window: the sliding window's length.
     stride: its step (default `window / 5`).
+    higher_is_better: the metric's direction (`temporal_efficiency`).
 
   Returns:
     E(a, b) as a float.
@@ -224,7 +237,8 @@ def thesis_efficiency(
   for times, values in ((times_a, values_a), (times_b, values_b)):
     starts, means = sliding_mean(times, values, window, stride)
     curves += [starts - starts[0], means]
-  return temporal_efficiency(*curves, initial_value=None)
+  return temporal_efficiency(*curves, initial_value=None,
+                             higher_is_better=higher_is_better)
 
 
 CONVERGENCE_RULE = (

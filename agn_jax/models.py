@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from agn_jax import names
+
 PAPER_HIDDEN_SIZES = (1000, 2000, 1000)
 
 Params = Any
@@ -93,6 +95,25 @@ _BUILDERS = {"mlp": _mlp, "cnn": _cnn}
 MODELS = tuple(_BUILDERS)
 
 
+def check_name(name: str) -> None:
+  """Raises `ValueError` (one line) unless `name` names a model: one of `MODELS`, or a factory written outside this package.
+
+  A model outside this package is named by where its factory lives,
+  `"package.module:function"` (`agn_jax.names`); every process of a run
+  imports it from there. The factory takes any of `num_classes`,
+  `input_shape` and `hidden_sizes` by name (the dataset's and the
+  config's, `create_model`) and returns a flax module.
+
+  Example:
+    >>> check_name("agn_jax.models:MLP")
+    >>> check_name("rnn")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown model 'rnn'; available: mlp, cnn, or package.module:function
+  """
+  names.lookup("model", name, _BUILDERS)
+
+
 def create_model(
     name: str,
     num_classes: int,
@@ -102,31 +123,53 @@ def create_model(
   """Builds a model by name.
 
   Args:
-    name: one of `MODELS`: `"mlp"` or `"cnn"`.
-    num_classes: number of output logits.
+    name: one of `MODELS` (`"mlp"`, `"cnn"`), or a factory written outside
+      this package, `"package.module:function"` (`check_name`), called with
+      those of `num_classes`, `input_shape` and `hidden_sizes` it takes.
+    num_classes: the model's outputs (`Dataset.num_classes`: classes, or a
+      user's dataset's output width).
     input_shape: per-example shape with a channel axis (used by the CNN).
     hidden_sizes: hidden widths of the MLP (ignored by the CNN).
 
   Returns:
-    The flax module; it takes flat `[B, D]` inputs.
+    The flax module. It takes a batch of the training inputs as the dataset
+    holds them (`[B, D]` flat float32 for this package's datasets).
+
+  Raises:
+    ValueError: one line: an unknown name, a bad size, or a factory that
+      raises or returns no flax module.
 
   Example:
     >>> model = create_model("mlp", 10, (8, 8, 1), hidden_sizes=(32,))
     >>> type(model).__name__
     'MLP'
   """
-  if name not in _BUILDERS:
-    raise ValueError(f"unknown model {name!r}; choose one of {MODELS}")
-  return _BUILDERS[name](num_classes, input_shape, hidden_sizes)
+  builder = names.lookup("model", name, _BUILDERS)
+  try:
+    model = names.call_with(builder, num_classes=num_classes,
+                            input_shape=tuple(input_shape),
+                            hidden_sizes=tuple(hidden_sizes))
+  except Exception as e:  # pylint: disable=broad-except
+    if name in _BUILDERS:
+      raise  # This package's own say what is wrong in one line.
+    raise ValueError(names.raised("model", name, e)) from e
+  if not isinstance(model, nn.Module):
+    raise ValueError(f"model {name!r}: its factory returned a "
+                     f"{type(model).__name__}, not a flax Module")
+  return model
 
 
-def init_params(model: nn.Module, rng: jax.Array, input_dim: int) -> Params:
-  """Initializes a model for flat inputs of `input_dim` features.
+def init_params(model: nn.Module, rng: jax.Array, input_dim,
+                dtype=jnp.float32) -> Params:
+  """Initializes a model for inputs of `input_dim` features.
 
   Args:
     model: a module from `create_model`.
     rng: a `jax.random` key.
-    input_dim: number of features per (flattened) example.
+    input_dim: number of features per (flattened) example, or the shape of
+      one example's inputs as the dataset holds them (`x_train.shape[1:]`).
+    dtype: the inputs' dtype (`x_train.dtype`; float32 for this package's
+      datasets, integer token ids, say, for a user's).
 
   Returns:
     The variables dict `{"params": ...}` that `model.apply` takes, so
@@ -139,7 +182,9 @@ def init_params(model: nn.Module, rng: jax.Array, input_dim: int) -> Params:
     >>> sum(p.size for p in jax.tree.leaves(params))
     4798010
   """
-  return model.init(rng, jnp.zeros((1, int(input_dim)), jnp.float32))
+  shape = ((int(input_dim),) if isinstance(input_dim, (int, np.integer))
+           else tuple(int(d) for d in input_dim))
+  return model.init(rng, jnp.zeros((1,) + shape, dtype))
 
 
 def classification_loss(

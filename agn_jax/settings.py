@@ -333,7 +333,7 @@ def fields_where(key: str, value: Any = True) -> Tuple[str, ...]:
 
   Example:
     >>> fields_where("budget")
-    ('dataset', 'dataset_size', 'model', 'hidden_sizes', 'epochs', 'batch_size')
+    ('task', 'dataset', 'dataset_size', 'model', 'hidden_sizes', 'epochs', 'batch_size')
     >>> fields_where("seconds")
     ('bandwidth_gbps', 'latency_ms', 'server_apply_ms')
   """
@@ -379,8 +379,8 @@ def field_error(name: str, value) -> Optional[str]:
   Example:
     >>> field_error("momentum", 1.5)
     'momentum accepts a number in [0, 1), got 1.5'
-    >>> field_error("dataset", "cifar")
-    "dataset must be one of digits, mnist, mnist1d, mnist5k, synthetic, got 'cifar'"
+    >>> field_error("backend", "spark")
+    "backend must be one of processes, simulated, ray, got 'spark'"
   """
   field = setting_field(name)
   meta = describe(field)

@@ -27,7 +27,7 @@ Example:
 """
 
 import math
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -41,24 +41,27 @@ class CommitMeta(NamedTuple):
       its window started from, or the one it pulled just before the commit
       (`Strategy.pull_before_commit`); staleness is `clock at apply − clock`.
     loss: the worker's mean local loss over the window.
-    accuracy: the worker's mean local accuracy over the window (NaN when the
-      loss has none).
+    metrics: the window's means of the task's named metrics
+      (`agn_jax.tasks.Task`), `{name: value}` (classification's:
+      `{"accuracy": ...}`); empty when the loss reports none.
     time: when the window's steps were done (the worker commits right
       after): a `time.time()` stamp, or on the simulator modeled seconds.
     window_start: when the window's first step was dispatched (on the same
       clock as `time`), or None.
-    step_accuracy: the training accuracy of each of the window's local
-      steps, in order (float32); empty when the loss has none.
+    step_metrics: each of the window's local steps' value of the task's
+      efficiency metric (`Task.efficiency_metric`), in order (float32),
+      `{name: values}` (classification's: `{"accuracy": [...]}`); empty
+      when the loss reports no such metric.
     local_updates: the window's local steps (its λ_k with Dynamic Local
       Updates); 0: not said, λ.
   """
   worker: int
   clock: int
   loss: float
-  accuracy: float
+  metrics: Mapping[str, float]
   time: float
   window_start: Optional[float] = None
-  step_accuracy: Sequence[float] = ()
+  step_metrics: Mapping[str, Sequence[float]] = {}
   local_updates: int = 0
 
 

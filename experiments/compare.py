@@ -5,11 +5,13 @@ r"""Temporal efficiency of finished runs, and their curves on one plot.
       [--efficiency_curve=thesis|commits] [--efficiency_window=SECONDS]
 
 prints E(a, b) = ∫₀^m f_a dt / ∫₀^m f_b dt (docs/algorithms.md) for every pair of the
-runs, in two versions. *E test*: f = the center's test accuracy (eval
-events). *E train*: f = the workers' training accuracy, by
-`--efficiency_curve`:
+runs, in two versions, on the runs' task's efficiency metric (summary.json's
+`efficiency_metric`, `agn_jax.tasks.Task`: classification's accuracy; on a
+metric lower-is-better E is ∫f_b / ∫f_a, so E > 1 always favours a).
+*E test*: f = the center's test metric (eval events). *E train*: f = the
+workers' training metric, by `--efficiency_curve`:
   thesis (default): the thesis' E (`agn_jax.metrics.thesis_efficiency`):
-    every local step's mini-batch accuracy of every worker, averaged over a
+    every local step's mini-batch metric of every worker, averaged over a
     sliding window of --efficiency_window seconds moved by a fifth of it,
     timed from each run's first step, integrated with no point invented in
     front; on a simulated clock of modeled seconds (`--cluster=this_host`
@@ -18,7 +20,7 @@ events). *E train*: f = the workers' training accuracy, by
     (`curves.efficiency_window`: 5 s is 10 steps);
   commits: our earlier curve, one sample per commit (the window's mean),
     averaged over consecutive --efficiency_window windows of the time base,
-    with (0, 0) in front.
+    with (0, 0) in front (a metric lower-is-better: its first value).
 Times are on one time base (see `experiments.curves`): by default
 `training`, seconds since the start barrier, so start-up and compilation are
 reported apart and do not count inside E; `simulated` when every run has
@@ -52,7 +54,7 @@ from experiments import plots
 # modules that read runs through compare (train, sweep).
 TRAIN_WINDOW_SECONDS = curves.TRAIN_WINDOW_SECONDS
 TIME_BASES = ("auto",) + curves.TIME_BASES
-# The training-accuracy curves E train can use; the first is the default.
+# The training curves E train can use; the first is the default.
 EFFICIENCY_CURVES = ("thesis", "commits")
 Run = curves.Run
 RunDirError = curves.RunDirError
@@ -96,10 +98,12 @@ def choose_time_base(runs: Sequence[Run], time_base: str = "auto") -> str:
 
 
 def describe_train_curve(curve: str, window: float, time_base: str,
-                         sim_unit: str = "steps") -> str:
+                         sim_unit: str = "steps",
+                         metric: str = "accuracy") -> str:
   """One line saying what E train's f is.
 
-  `sim_unit` is what the runs' simulated clock counts (`curves.sim_unit`).
+  `sim_unit` is what the runs' simulated clock counts (`curves.sim_unit`),
+  `metric` the one E reads.
 
   Example:
     >>> print(describe_train_curve("thesis", 5.0, "simulated"))
@@ -123,30 +127,33 @@ def describe_train_curve(curve: str, window: float, time_base: str,
               f"pace) moved by {size / 5:g}")
     else:
       span = f"{window:g} s moved by {window / 5:g} s"
-    return ("every local step's training accuracy of every worker, timed "
+    return (f"every local step's training {metric} of every worker, timed "
             "from the run's first step and averaged over a sliding window "
             f"of {span}")
   unit = ("s" if time_base != "simulated" else "modeled s"
           if sim_unit == "seconds" else "local steps")
-  return ("each commit's mean training accuracy, averaged over consecutive "
+  return (f"each commit's mean training {metric}, averaged over consecutive "
           f"windows of {window:g} {unit}, with (0, 0) in front")
 
 
 def _train_efficiency(run_a: Run, run_b: Run, window: float, base: str,
-                      curve: str) -> Optional[float]:
-  """E train of `curve` (see `efficiency`), or None."""
+                      curve: str, metric: str,
+                      higher: bool) -> Optional[float]:
+  """E train of `curve` on `metric` (see `efficiency`), or None."""
   if curve == "thesis":
     (times_a, values_a), (times_b, values_b) = (
-        curves.step_curve(run_a, base), curves.step_curve(run_b, base))
+        curves.step_curve(run_a, base, metric),
+        curves.step_curve(run_b, base, metric))
     size = curves.efficiency_window(window, base, curves.sim_unit(run_a))
-    compute = lambda: metrics.thesis_efficiency(times_a, values_a, times_b,
-                                                values_b, size)
+    compute = lambda: metrics.thesis_efficiency(
+        times_a, values_a, times_b, values_b, size, higher_is_better=higher)
   else:
     (times_a, values_a), (times_b, values_b) = (
-        curves.train_curve(run_a, window, base),
-        curves.train_curve(run_b, window, base))
-    compute = lambda: metrics.temporal_efficiency(times_a, values_a,
-                                                  times_b, values_b)
+        curves.train_curve(run_a, window, base, metric),
+        curves.train_curve(run_b, window, base, metric))
+    compute = lambda: metrics.temporal_efficiency(
+        times_a, values_a, times_b, values_b,
+        initial_value=0.0 if higher else None, higher_is_better=higher)
   if not len(times_a) or not len(times_b):
     return None
   try:
@@ -155,11 +162,18 @@ def _train_efficiency(run_a: Run, run_b: Run, window: float, base: str,
     return None
 
 
+def shared_metric(runs: Sequence[Run]) -> Optional[str]:
+  """The efficiency metric every run's task declares (`curves.efficiency_metric`), or None if they differ."""
+  found = {curves.efficiency_metric(run) for run in runs}
+  return found.pop() if len(found) == 1 else None
+
+
 def efficiency(run_a: Run, run_b: Run,
                window: float = TRAIN_WINDOW_SECONDS,
                time_base: str = "auto",
-               curve: str = EFFICIENCY_CURVES[0]) -> Dict[str, object]:
-  """E(a, b) on test accuracy ("test") and on the workers' training accuracy ("train").
+               curve: str = EFFICIENCY_CURVES[0],
+               metric: Optional[str] = None) -> Dict[str, object]:
+  """E(a, b) on the center's test metric ("test") and on the workers' training metric ("train").
 
   The test curve starts at t = 0 of the time base: on "training", the start
   barrier; what happened before it (start-up, compilation) does not count.
@@ -172,12 +186,20 @@ def efficiency(run_a: Run, run_b: Run,
     window: the training curve's window, in seconds (`--efficiency_window`).
     time_base: one of `TIME_BASES` ("auto": `choose_time_base([a, b])`).
     curve: one of `EFFICIENCY_CURVES`.
+    metric: what f is: "loss" or one of the runs' task's metrics; None:
+      their shared efficiency metric (`shared_metric`; classification's
+      accuracy). On a metric lower-is-better E is ∫f_b / ∫f_a
+      (`agn_jax.metrics.temporal_efficiency`), and a test curve that
+      starts late holds its first value back to t = 0 (not 0, its best).
 
   Returns:
-    `{"test": E or None, "train": E or None, "curve": curve, "time_base":
+    `{"test": E or None, "train": E or None, "metric": metric or None,
+    "curve": curve, "time_base":
     the base asked for, "time_bases": (run a's base, run b's base),
-    "same_time_base": bool}`. An E is None when either run lacks the events
-    it needs (a run written before commit rows had step accuracies has no
+    "same_time_base": bool}`. An E is None when the runs' tasks share no
+    efficiency metric (or one of them lacks `metric`), when either run
+    lacks the events it needs (a run written before commit rows had step
+    accuracies has no
     thesis curve), a curve is too short (the thesis' ends at its last window
     start, which must come after its first) or the ratio is undefined (run
     b's curve integrates to 0). A run without the base asked for (an old run
@@ -206,17 +228,28 @@ def efficiency(run_a: Run, run_b: Run,
   base = choose_time_base([run_a, run_b], time_base)
   bases = (curves.effective_time_base(run_a, base),
            curves.effective_time_base(run_b, base))
-  result = {"test": None}
-  (times_a, values_a), (times_b, values_b) = (
-      curves.from_zero(*curves.eval_curve(r, base)) for r in (run_a, run_b))
-  if len(times_a) and len(times_b):
-    try:
-      result["test"] = metrics.temporal_efficiency(times_a, values_a,
-                                                   times_b, values_b)
-    except ValueError:
-      pass
-  result.update(train=_train_efficiency(run_a, run_b, window, base, curve),
-                curve=curve, time_base=base, time_bases=bases,
+  metric = metric or shared_metric([run_a, run_b])
+  result = {"test": None, "train": None, "metric": metric}
+  try:
+    directions = {curves.higher_is_better(r, metric)
+                  for r in (run_a, run_b)} if metric else set()
+  except ValueError:  # A run's task has no such metric.
+    directions = set()
+  if len(directions) == 1:
+    higher = directions.pop()
+    (times_a, values_a), (times_b, values_b) = (
+        curves.from_zero(*curves.eval_curve(r, base, metric))
+        for r in (run_a, run_b))
+    if len(times_a) and len(times_b):
+      try:
+        result["test"] = metrics.temporal_efficiency(
+            times_a, values_a, times_b, values_b,
+            initial_value=0.0 if higher else None, higher_is_better=higher)
+      except ValueError:
+        pass
+    result["train"] = _train_efficiency(run_a, run_b, window, base, curve,
+                                        metric, higher)
+  result.update(curve=curve, time_base=base, time_bases=bases,
                 same_time_base=bases[0] == bases[1])
   return result
 
@@ -230,7 +263,8 @@ def data_budget(run: Run) -> Dict[str, object]:
     run: a run.
 
   Returns:
-    `{key: value}` for every key of `BUDGET_KEYS`: dataset, dataset_size
+    `{key: value}` for every key of `BUDGET_KEYS`: task (classification
+    for a run written before tasks had names), dataset, dataset_size
     (None: the dataset's own size), epochs (a float), batch_size, model and
     hidden_sizes (a list of ints; None for a model other than the mlp, which
     ignores it). A value the run does not record is None.
@@ -246,6 +280,8 @@ def data_budget(run: Run) -> Dict[str, object]:
   if not config and isinstance(run.summary.get("config"), dict):
     config = run.summary["config"]
   budget = {key: config.get(key) for key in BUDGET_KEYS}
+  if config and budget.get("task") is None:
+    budget["task"] = "classification"  # Written before tasks had names.
   if isinstance(budget["epochs"], (int, float)):
     budget["epochs"] = float(budget["epochs"])
   if budget["model"] not in (None, "mlp"):
@@ -279,13 +315,14 @@ def same_budget(runs: Sequence[Run]) -> Tuple[bool, List[str]]:
   return not differing, differing
 
 
-def final_accuracy(run: Run) -> Optional[float]:
-  """The last test accuracy: the summary's, else the last eval event's."""
-  value = run.summary.get("final_test_accuracy")
-  if isinstance(value, (int, float)):
+def final_metric(run: Run, metric: Optional[str] = None) -> Optional[float]:
+  """The last test value of `metric` (default: the run's efficiency metric, `curves.efficiency_metric`): the summary's `final_test_<metric>`, else the last eval event's."""
+  metric = metric or curves.efficiency_metric(run)
+  value = run.summary.get(f"final_test_{metric}")
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
     return float(value)
-  _, accuracies = eval_curve(run)
-  return float(accuracies[-1]) if len(accuracies) else None
+  _, values = eval_curve(run, metric=metric)
+  return float(values[-1]) if len(values) else None
 
 
 def wall_time(run: Run) -> Optional[float]:
@@ -362,9 +399,11 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
   Returns:
     `{"time_base", "time_base_description", "efficiency_curve",
     "efficiency_window", "train_curve_description", "convergence_rule",
-    "runs": [per run: name, path, time_base, final_test_accuracy,
-    training_seconds, startup_seconds, commits, convergence, data_budget,
-    instruments (`instruments_summary`)],
+    "metric": the runs' shared efficiency metric (None if they differ),
+    "runs": [per run: name, path, time_base, metric (its efficiency
+    metric), final_test_<metric>, training_seconds, startup_seconds,
+    commits, convergence, data_budget, instruments
+    (`instruments_summary`)],
     "same_time_base", "same_budget", "differing_budget", "warnings":
     [lines], "pairs": [a, b, test, train]}`.
 
@@ -376,9 +415,10 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
   per_run = []
   for name, run in zip(names, runs):
     run_base = curves.effective_time_base(run, base)
+    metric = curves.efficiency_metric(run)
     per_run.append({
         "name": name, "path": run.path, "time_base": run_base,
-        "final_test_accuracy": final_accuracy(run),
+        "metric": metric, f"final_test_{metric}": final_metric(run, metric),
         "training_seconds": training_seconds(run, base),
         "startup_seconds": curves.startup_seconds(run),
         "commits": int(len(run.commits["time"])),
@@ -408,6 +448,11 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
     warnings.append("not every run completed (summary.json): " +
                     "; ".join(unfinished) + "; its curves end where it "
                     "stopped")
+  if shared_metric(runs) is None:
+    warnings.append(
+        "the runs' tasks declare different efficiency metrics (" +
+        ", ".join(f"{r['name']}: {r['metric']}" for r in per_run) +
+        "); E is n/a")
   same, differing = same_budget(runs)
   if not same:
     warnings.append(
@@ -423,9 +468,11 @@ def comparison(runs: Sequence[Run], window: float = TRAIN_WINDOW_SECONDS,
                    "train": e["train"]})
   return {"time_base": base,
           "time_base_description": curves.TIME_BASE_DESCRIPTIONS[base],
+          "metric": shared_metric(runs),
           "efficiency_curve": curve, "efficiency_window": window,
           "train_curve_description": describe_train_curve(
-              curve, window, base, curves.shared_sim_unit(runs) or "steps"),
+              curve, window, base, curves.shared_sim_unit(runs) or "steps",
+              shared_metric(runs) or "metric"),
           "convergence_rule": metrics.CONVERGENCE_RULE, "runs": per_run,
           "same_time_base": same_base, "same_budget": same,
           "differing_budget": differing, "warnings": warnings,
@@ -456,10 +503,13 @@ def comparison_table(runs: Sequence[Run],
   lines.append(f"time base: {report['time_base']} "
                f"({report['time_base_description']})")
   lines.append("")
-  lines.append(f"{'run':<{width}}{'test acc':>10}{'time (s)':>10}"
+  test = f"test {report['metric'] or 'metric'}"
+  column = max(10, len(test) + 2)
+  lines.append(f"{'run':<{width}}{test:>{column}}{'time (s)':>10}"
                f"{'start-up (s)':>14}{'commits':>9}  convergence")
   for r in report["runs"]:
-    lines.append(f"{r['name']:<{width}}{_format(r['final_test_accuracy']):>10}"
+    final = r[f"final_test_{r['metric']}"]
+    lines.append(f"{r['name']:<{width}}{_format(final):>{column}}"
                  f"{_format(r['training_seconds'], '.2f'):>10}"
                  f"{_format(r['startup_seconds'], '.2f'):>14}"
                  f"{r['commits']:>9d}  {r['convergence']}")
@@ -474,7 +524,7 @@ def comparison_table(runs: Sequence[Run],
                  f"{_format(pair['test']):>10}{_format(pair['train']):>10}")
   if any(pair["train"] is None for pair in report["pairs"]):
     lines += ["", "E train n/a: a run has no rows the curve needs (step "
-              "accuracies: rows older than them), its curve ends within one "
+              "values: rows older than them), its curve ends within one "
               "step of its window (a run shorter than that; see "
               "--efficiency_window), or b's curve integrates to 0."]
   return "\n".join(lines)
@@ -534,15 +584,16 @@ def define_efficiency_flags(flag_values: flags.FlagValues = flags.FLAGS
   """--efficiency_curve and --efficiency_window, for every program that computes E."""
   flags.DEFINE_enum(
       "efficiency_curve", EFFICIENCY_CURVES[0], list(EFFICIENCY_CURVES),
-      "The workers' training-accuracy curve of E train: thesis (every local "
-      "step's accuracy, a sliding --efficiency_window moved by a fifth of "
+      "The workers' training curve of E train, on the runs' efficiency "
+      "metric (their task's: classification's accuracy): thesis (every local "
+      "step's value, a sliding --efficiency_window moved by a fifth of "
       "it, from each run's first step, as the thesis computed E) or commits "
       "(one sample per commit, consecutive windows, (0, 0) in front). E test "
-      "(the center's test accuracy) is always computed.",
+      "(the center's test value) is always computed.",
       flag_values=flag_values)
   flags.DEFINE_float(
       "efficiency_window", TRAIN_WINDOW_SECONDS,
-      "Seconds over which E train's curve averages the training accuracy "
+      "Seconds over which E train's curve averages the training metric "
       "(the thesis: 5). On simulated time the thesis curve counts local "
       f"steps, {1 / curves.THESIS_SECONDS_PER_STEP:g} per second (the "
       "thesis' pace); the commits curve takes it in the time base's units.",

@@ -13,10 +13,17 @@ Time bases (the fields of a metrics.jsonl row):
 A run written before the start barrier existed has no `wall_time`; its `time`
 counted from `train()`'s start, so its one time base is `wall`.
 
-Each commit row also carries every local step's training accuracy
-(`step_accuracy`) and its window's bounds (`window_start`, `window_end` on the
-`time` base; `sim_window_start`, `sim_window_end` on the simulated one):
-`step_curve` gives every step of every worker its time from them.
+Commit and eval rows carry the run's task's named metrics by name
+(`agn_jax.tasks.Task`: classification's `accuracy`); summary.json names them
+(`metrics`, with their directions) and the one temporal efficiency reads by
+default (`efficiency_metric`); a run written before tasks had names is
+classification's. The curves read that metric unless told another.
+
+Each commit row also carries every local step's training value of the
+efficiency metric (`step_<metric>`: `step_accuracy`) and its window's bounds
+(`window_start`, `window_end` on the `time` base; `sim_window_start`,
+`sim_window_end` on the simulated one): `step_curve` gives every step of
+every worker its time from them.
 """
 
 import collections
@@ -50,15 +57,21 @@ TIME_BASE_DESCRIPTIONS = {
                  "--cluster; local steps for --cluster=none)",
 }
 _TIME_FIELDS = ("time", "wall_time", "sim_time")
-# The rows the curves read, their fields that hold lists of numbers, and
-# their numeric fields: those of the events the runtime writes them from.
-_LIST_FIELDS = {ev.Committed.kind: ("step_accuracy",)}
+# What a run written before tasks had names was trained for.
+DEFAULT_METRICS = {"accuracy": "max"}
+DEFAULT_EFFICIENCY_METRIC = "accuracy"
+# The rows the curves read and the numeric fields each always has a column
+# of: those of the events the runtime writes them from, with classification's
+# accuracy. Every other field of such a row is a number too (a task's
+# metric) but the list fields `step_<metric>` and an eval's `final`.
 _NUMERIC_FIELDS = {
     ev.Committed.kind: _TIME_FIELDS + tuple(
-        f for f in ev.COMMIT_ROW
-        if f not in _TIME_FIELDS + _LIST_FIELDS[ev.Committed.kind]),
-    ev.Evaluated.kind: _TIME_FIELDS + ("clock", "loss", "accuracy"),
+        f for f in ev.COMMIT_ROW if f not in _TIME_FIELDS) + ("accuracy",),
+    ev.Evaluated.kind: _TIME_FIELDS + tuple(
+        f for f in ev.EVAL_ROW if f not in _TIME_FIELDS + ("final",)) + (
+            "accuracy",),
 }
+_NOT_NUMERIC = {"event", "final"}
 _COLUMN = {"training": "time", "wall": "wall_time", "simulated": "sim_time"}
 
 
@@ -74,11 +87,12 @@ class Run(NamedTuple):
     name: a short label (the workdir's base name).
     config: config.json as a dict ({} if absent).
     summary: summary.json as a dict ({} if absent).
-    commits: commit events as `{field: np.ndarray}` sorted by time; a field
-      a row lacks is NaN; `step_accuracy` is an object array of float
-      arrays (empty where a row has none).
+    commits: commit events as `{field: np.ndarray}` sorted by time: every
+      numeric field (a task's metrics among them); a field a row lacks is
+      NaN; each `step_<metric>` is an object array of float arrays (empty
+      where a row has none).
     evals: eval events as `{field: np.ndarray}` sorted by time.
-    non_finite_evals: whether an eval row's loss or accuracy was non-finite
+    non_finite_evals: whether an eval row's loss or metric was non-finite
       (NaN or infinite, not merely absent).
   """
   path: str
@@ -108,7 +122,16 @@ def _is_number(value) -> bool:
 
 def _columns(events: List[dict], fields: Sequence[str],
              lists: Sequence[str] = ()) -> Dict[str, np.ndarray]:
+  """`fields`, `lists` and every other field the rows have, as columns; `step_*` lists as object arrays."""
   events = sorted(events, key=lambda e: e["time"])
+  fields, lists = list(fields), list(lists)
+  for e in events:
+    for f in e:
+      if f.startswith("step_"):
+        if f not in lists:
+          lists.append(f)
+      elif f not in _NOT_NUMERIC and f not in fields:
+        fields.append(f)
   columns = {
       f: np.array([np.nan if e.get(f) is None else e[f] for e in events],
                   np.float64)
@@ -124,7 +147,8 @@ def read_events(path: str) -> List[dict]:
 
   A last line cut short (a run killed mid-write) is ignored; any other
   malformed line, and any commit or eval event with a non-numeric field
-  (e.g. `"accuracy": "abc"`), is an error naming the file and line.
+  (e.g. `"accuracy": "abc"`; every field but `event`, an eval's `final`
+  and the step lists is a number), is an error naming the file and line.
 
   Raises:
     RunDirError: if the file is unreadable or malformed.
@@ -152,11 +176,13 @@ def read_events(path: str) -> List[dict]:
     if fields is not None:
       if event.get("time") is None:
         raise RunDirError(f"{path}:{number}: malformed event (no time)")
-      for field in fields:
+      for field in event:
+        if field in _NOT_NUMERIC or field.startswith("step_"):
+          continue
         if not _is_number(event.get(field)):
           raise RunDirError(f"{path}:{number}: field {field!r} is not a "
                             f"number: {event[field]!r}")
-      for field in _LIST_FIELDS.get(event["event"], ()):
+      for field in [f for f in event if f.startswith("step_")]:
         value = event.get(field)
         if value is not None and not (isinstance(value, list) and all(
             v is not None and _is_number(v) for v in value)):
@@ -185,15 +211,76 @@ def read_run(path: str) -> Run:
     raise RunDirError(f"{metrics_path}: holds no commit or eval events")
   non_finite_evals = any(
       isinstance(e.get(f), float) and not np.isfinite(e[f])
-      for e in evals for f in ("loss", "accuracy"))
+      for e in evals for f in e
+      if f not in _NOT_NUMERIC and f not in _TIME_FIELDS + ("clock",))
   return Run(path=path,
              name=os.path.basename(os.path.normpath(path)),
              config=_read_json(os.path.join(path, "config.json")),
              summary=_read_json(os.path.join(path, "summary.json")),
              commits=_columns(commits, _NUMERIC_FIELDS[ev.Committed.kind],
-                              _LIST_FIELDS[ev.Committed.kind]),
+                              ("step_accuracy",)),
              evals=_columns(evals, _NUMERIC_FIELDS[ev.Evaluated.kind]),
              non_finite_evals=non_finite_evals)
+
+
+def _config(run: Run) -> Dict[str, object]:
+  """config.json, else summary.json's `config`, else {}."""
+  config = run.config
+  if not config and isinstance(run.summary.get("config"), dict):
+    config = run.summary["config"]
+  return config if isinstance(config, dict) else {}
+
+
+def metrics_of(run: Run) -> Dict[str, str]:
+  """The run's task's named metrics and their goals, `{name: "max" or "min"}` (summary.json's `metrics`).
+
+  A run whose summary names none (written before tasks had names) is
+  classification's: `{"accuracy": "max"}`.
+
+  Example:
+    >>> metrics_of(Run("r", "r", {}, {"metrics": {"mae": "min"}}, {}, {}))
+    {'mae': 'min'}
+    >>> metrics_of(Run("r", "r", {}, {}, {}, {}))
+    {'accuracy': 'max'}
+  """
+  named = run.summary.get("metrics")
+  if isinstance(named, dict) and all(v in ("max", "min")
+                                     for v in named.values()):
+    return dict(named)
+  return dict(DEFAULT_METRICS)
+
+
+def efficiency_metric(run: Run) -> str:
+  """The metric temporal efficiency reads by default: summary.json's `efficiency_metric`, else accuracy."""
+  value = run.summary.get("efficiency_metric")
+  if isinstance(value, str) and (value == "loss" or value in metrics_of(run)):
+    return value
+  return DEFAULT_EFFICIENCY_METRIC
+
+
+def higher_is_better(run: Run, metric: str) -> bool:
+  """The direction of `metric` in `run` (`metrics_of`; the loss: lower is better).
+
+  Example:
+    >>> run = Run("r", "r", {}, {"metrics": {"mae": "min"}}, {}, {})
+    >>> higher_is_better(run, "mae"), higher_is_better(run, "loss")
+    (False, False)
+  """
+  if metric == "loss":
+    return False
+  goal = metrics_of(run).get(metric)
+  if goal is None:
+    raise ValueError(f"{run.path}: its task has no metric {metric!r}; it "
+                     f"has {', '.join(['loss', *metrics_of(run)])}")
+  return goal == "max"
+
+
+def _column(events: Dict[str, np.ndarray], field: str) -> np.ndarray:
+  """`events[field]`, or NaN where no row has it."""
+  if field in events:
+    return np.asarray(events[field], np.float64)
+  length = len(next(iter(events.values()))) if events else 0
+  return np.full(length, np.nan)
 
 
 def _all_finite(run: Run, field: str) -> bool:
@@ -295,21 +382,26 @@ def event_times(run: Run, events: Dict[str, np.ndarray],
   return events[_COLUMN[base]]
 
 
-def eval_curve(run: Run, time_base: str = "training"):
-  """`(times, accuracies)` of the center on the test set, on `time_base`.
+def eval_curve(run: Run, time_base: str = "training",
+               metric: Optional[str] = None):
+  """`(times, values)` of `metric` of the center on the test set, on `time_base`.
 
-  On the training base, evaluations before the start barrier have negative
-  times.
+  `metric` defaults to the run's efficiency metric (`efficiency_metric`:
+  classification's accuracy). On the training base, evaluations before the
+  start barrier have negative times.
   """
+  metric = metric or efficiency_metric(run)
   evals = run.evals
   times = event_times(run, evals, time_base)
-  keep = np.isfinite(evals["accuracy"]) & np.isfinite(times)
+  values = _column(evals, metric)
+  keep = np.isfinite(values) & np.isfinite(times)
   order = np.argsort(times[keep], kind="stable")
-  return times[keep][order], evals["accuracy"][keep][order]
+  return times[keep][order], values[keep][order]
 
 
-def bytes_curve(run: Run) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-  """`(bytes, accuracies)`: the center's test accuracy against the payload bytes the run had moved.
+def bytes_curve(run: Run, metric: Optional[str] = None
+                ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+  """`(bytes, values)`: the center's test `metric` (default: `efficiency_metric`) against the payload bytes the run had moved.
 
   The bytes are the commits' and pulls' as sent (`summary.json`'s
   `bytes_committed` and `bytes_pulled`, so a compressed commit counts its
@@ -334,10 +426,10 @@ def bytes_curve(run: Run) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     return None
   per_commit = (committed + float(summary.get("bytes_pulled") or 0)) / commits
   clock = np.asarray(run.evals["clock"], np.float64)
-  accuracy = np.asarray(run.evals["accuracy"], np.float64)
-  keep = np.isfinite(accuracy) & np.isfinite(clock)
+  values = _column(run.evals, metric or efficiency_metric(run))
+  keep = np.isfinite(values) & np.isfinite(clock)
   order = np.argsort(clock[keep], kind="stable")
-  return clock[keep][order] * per_commit, accuracy[keep][order]
+  return clock[keep][order] * per_commit, values[keep][order]
 
 
 def from_zero(times, values) -> Tuple[np.ndarray, np.ndarray]:
@@ -364,24 +456,26 @@ def from_zero(times, values) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def train_curve(run: Run, window: float = TRAIN_WINDOW_SECONDS,
-                time_base: str = "training"):
-  """The workers' mini-batch accuracy, averaged over `window`-second windows.
+                time_base: str = "training", metric: Optional[str] = None):
+  """The workers' mini-batch `metric` (default: `efficiency_metric`), each commit's window mean, averaged over `window`-second windows.
 
   Commits before t = 0 of the time base (there should be none) are dropped.
   """
   commits = run.commits
   times = event_times(run, commits, time_base)
-  keep = np.isfinite(commits["accuracy"]) & np.isfinite(times) & (times >= 0)
+  values = _column(commits, metric or efficiency_metric(run))
+  keep = np.isfinite(values) & np.isfinite(times) & (times >= 0)
   if not np.any(keep):
     return np.zeros(0), np.zeros(0)
   order = np.argsort(times[keep], kind="stable")
-  return metrics.windowed_mean(times[keep][order],
-                               commits["accuracy"][keep][order], window)
+  return metrics.windowed_mean(times[keep][order], values[keep][order],
+                               window)
 
 
-def step_curve(run: Run, time_base: str = "training"
+def step_curve(run: Run, time_base: str = "training",
+               metric: Optional[str] = None
                ) -> Tuple[np.ndarray, np.ndarray]:
-  """`(times, accuracies)` of every local step of every worker, sorted by time.
+  """`(times, values)` of every local step of every worker, sorted by time: its `metric` (`step_<metric>`; default `efficiency_metric`).
 
   The thesis' f before smoothing. A window's λ steps ran in one dispatch and
   have no times of their own: they are spread evenly over the window, step
@@ -391,12 +485,12 @@ def step_curve(run: Run, time_base: str = "training"
   backend, the round the window ran in); on the simulated base it is
   `[sim_window_start, sim_window_end]`, where those times are exact (a row
   without `sim_window_end` ends at its `sim_time`). Rows without step
-  accuracies (runs written before rows had them) add nothing; a non-finite
-  accuracy is dropped.
+  values (runs written before rows had them, or a metric whose steps the
+  rows do not keep) add nothing; a non-finite value is dropped.
   """
   base = effective_time_base(run, time_base)
   commits = run.commits
-  steps = commits.get("step_accuracy")
+  steps = commits.get(f"step_{metric or efficiency_metric(run)}")
   if steps is None or not len(steps):
     return np.zeros(0), np.zeros(0)
   column = lambda f: commits.get(f, np.full(len(steps), np.nan))
@@ -409,11 +503,11 @@ def step_curve(run: Run, time_base: str = "training"
       offset = column("wall_time") - column("time")
       start, end = start + offset, end + offset
   times, values = [], []
-  for t0, t1, accuracies in zip(start, end, steps):
-    if len(accuracies) and np.isfinite(t0) and np.isfinite(t1):
-      times.append(t0 + (t1 - t0) * np.arange(1, len(accuracies) + 1) /
-                   len(accuracies))
-      values.append(accuracies)
+  for t0, t1, samples in zip(start, end, steps):
+    if len(samples) and np.isfinite(t0) and np.isfinite(t1):
+      times.append(t0 + (t1 - t0) * np.arange(1, len(samples) + 1) /
+                   len(samples))
+      values.append(samples)
   if not times:
     return np.zeros(0), np.zeros(0)
   times, values = np.concatenate(times), np.concatenate(values)
@@ -454,17 +548,19 @@ def num_classes(run: Run) -> int:
 
 
 def non_finite(run: Run) -> bool:
-  """Whether the run went non-finite: the center's test loss or accuracy, or most commits.
+  """Whether the run went non-finite: the center's test loss or metrics, or most commits.
 
-  True for a non-finite eval row, a non-finite final test loss or accuracy
-  in summary.json, or more commits rejected as non-finite than the run's
-  books accept (`bookkeeping.MAX_REJECTED_FRACTION`, when the books call the
-  run diverged).
+  True for a non-finite eval row, a non-finite final test loss or metric
+  (`final_test_<name>`) in summary.json, or more commits rejected as
+  non-finite than the run's books accept
+  (`bookkeeping.MAX_REJECTED_FRACTION`, when the books call the run
+  diverged).
   """
   summary = run.summary
   if run.non_finite_evals or any(
       isinstance(summary.get(key), float) and not np.isfinite(summary[key])
-      for key in ("final_test_loss", "final_test_accuracy")):
+      for key in ["final_test_loss"] + [f"final_test_{name}"
+                                        for name in metrics_of(run)]):
     return True
   applied, rejected = summary.get("num_commits"), summary.get(
       "rejected_commits")
@@ -477,9 +573,13 @@ def convergence(run: Run) -> str:
   """`metrics.convergence` of the run's center: "converged", "diverged" or "inconclusive".
 
   From its test accuracy over every evaluation in time order, its dataset's
-  classes and `non_finite(run)`.
+  classes and `non_finite(run)`. A run whose task has no accuracy (whose
+  chance level the rule needs) is "diverged" when `non_finite`, else
+  "inconclusive".
   """
-  _, accuracies = eval_curve(run)
+  if "accuracy" not in metrics_of(run):
+    return "diverged" if non_finite(run) else "inconclusive"
+  _, accuracies = eval_curve(run, metric="accuracy")
   return metrics.convergence(accuracies, num_classes(run), non_finite(run))
 
 

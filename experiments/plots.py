@@ -59,9 +59,11 @@ def plot_window(run: curves.Run,
 def plot_curves(run: curves.Run, path: str,
                 window: Optional[float] = None,
                 time_base: Optional[str] = None) -> str:
-  """curves.png: test accuracy and training loss over time, with commits.
+  """curves.png: the test efficiency metric (accuracy) and training loss over time, with commits.
 
-  The training accuracy and loss are the commits' mini-batch values (the loss
+  The metric is the run's task's efficiency metric
+  (`curves.efficiency_metric`: classification's accuracy). The training
+  metric and loss are the commits' mini-batch values (the loss
   also unsmoothed, faint) averaged over `window`-second windows (default
   `plot_window(run)`); the cumulative number of commits shares each panel on
   a second y axis. Times are on `time_base` (default: the run's best, see
@@ -72,6 +74,7 @@ def plot_curves(run: curves.Run, path: str,
   time_base = curves.effective_time_base(
       run, time_base or curves.default_time_base([run]))
   window = window or plot_window(run, time_base=time_base)
+  metric = curves.efficiency_metric(run)
   fig, (ax_acc, ax_loss) = pyplot().subplots(1, 2, figsize=(11, 4))
   times, accuracies = curves.eval_curve(run, time_base)
   ax_acc.plot(times, accuracies, marker=".", color="C0", label="test (center)")
@@ -80,9 +83,9 @@ def plot_curves(run: curves.Run, path: str,
     ax_acc.plot(times, accuracies, color="C1", alpha=0.8, marker=".",
                 markersize=3, label=f"train (workers, {window:.2g} s mean)")
   ax_acc.set_xlabel(time_label(time_base))
-  ax_acc.set_ylabel("accuracy")
-  ax_acc.set_title("accuracy")
-  ax_acc.legend(loc="lower right")
+  ax_acc.set_ylabel(metric)
+  ax_acc.set_title(metric)
+  ax_acc.legend(loc="best")
 
   commit_times = curves.event_times(run, run.commits, time_base)
   losses = run.commits["loss"]
@@ -166,16 +169,19 @@ def plot_comparison(runs: Sequence[curves.Run], path: str,
                     names: Optional[Sequence[str]] = None,
                     window: float = curves.TRAIN_WINDOW_SECONDS,
                     time_base: Optional[str] = None) -> str:
-  """The test and windowed training accuracy of several runs, one plot each.
+  """The test and windowed training efficiency metric (accuracy) of several runs, one plot each.
 
-  Times are on `time_base` (default `curves.default_time_base(runs)`). When
-  every run counted its bytes (`summary.json`'s `bytes_committed`), a third
-  plot shows the test accuracy against the bytes moved
+  The metric is the first run's efficiency metric
+  (`curves.efficiency_metric`: classification's accuracy). Times are on
+  `time_base` (default `curves.default_time_base(runs)`). When every run
+  counted its bytes (`summary.json`'s `bytes_committed`), a third plot
+  shows the test metric against the bytes moved
   (`curves.bytes_curve`), where compressed commits show what they save.
   """
   names = names or curves.labels(runs)
   time_base = time_base or curves.default_time_base(runs)
-  by_bytes = [curves.bytes_curve(run) for run in runs]
+  metric = curves.efficiency_metric(runs[0])
+  by_bytes = [curves.bytes_curve(run, metric) for run in runs]
   with_bytes = all(c is not None for c in by_bytes)
   fig, axes = pyplot().subplots(1, 3 if with_bytes else 2,
                                 figsize=(16 if with_bytes else 11, 4),
@@ -185,23 +191,23 @@ def plot_comparison(runs: Sequence[curves.Run], path: str,
     for i, (name, (moved, accuracies)) in enumerate(zip(names, by_bytes)):
       axes[2].plot(moved / 1e6, accuracies, color=f"C{i % 10}", marker=".",
                    label=name)
-    axes[2].set_title("test accuracy (center) against bytes moved")
+    axes[2].set_title(f"test {metric} (center) against bytes moved")
     axes[2].set_xlabel("MB committed and pulled (as sent)")
     axes[2].grid(alpha=0.3)
   for i, (name, run) in enumerate(zip(names, runs)):
-    times, accuracies = curves.eval_curve(run, time_base)
+    times, accuracies = curves.eval_curve(run, time_base, metric)
     ax_test.plot(times, accuracies, color=f"C{i % 10}", marker=".",
                  label=name)
-    times, accuracies = curves.train_curve(run, window, time_base)
+    times, accuracies = curves.train_curve(run, window, time_base, metric)
     ax_train.plot(times, accuracies, color=f"C{i % 10}", marker=".",
                   label=name)
-  ax_test.set_title("test accuracy (center)")
-  ax_train.set_title(f"training accuracy (workers, {window:g} s mean)")
+  ax_test.set_title(f"test {metric} (center)")
+  ax_train.set_title(f"training {metric} (workers, {window:g} s mean)")
   for ax in (ax_test, ax_train):
     ax.set_xlabel(time_label(time_base))
     ax.grid(alpha=0.3)
-  ax_test.set_ylabel("accuracy")
-  ax_test.legend(loc="lower right", fontsize="small")
+  ax_test.set_ylabel(metric)
+  ax_test.legend(loc="best", fontsize="small")
   fig.tight_layout()
   return save(fig, path)
 

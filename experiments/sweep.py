@@ -411,18 +411,20 @@ def report(sweep_dir: str, strategies: Sequence[str],
     base_text = f"{time_base} (no E computed yet)"
   train_base = (next(iter(bases)) if len(bases) == 1 else
                 time_base if time_base != "auto" else "training")
+  metric = compare.shared_metric([r for r in runs.values() if r]) or "metric"
   lines += [f"Reference strategy: **{reference}**. E(a, b) = ∫₀^m f_a dt / "
             "∫₀^m f_b dt over the shorter run's time m; *test*: the center's "
-            f"test accuracy; *train* (`--efficiency_curve={curve}`): "
+            f"test {metric}; *train* (`--efficiency_curve={curve}`): "
             + compare.describe_train_curve(
                 curve, window, train_base, curves.shared_sim_unit(
-                    [r for r in runs.values() if r]) or "steps")
+                    [r for r in runs.values() if r]) or "steps", metric)
             + ". E > 1: the reference was better sooner.", "",
             f"Time base of E: {base_text}.", ""]
 
   header = ["n", "λ"]
   for s in strategies:
-    header += [f"{s} acc", f"{s} time (s)"]
+    header += [f"{s} {'acc' if metric == 'accuracy' else metric}",
+               f"{s} time (s)"]
   for s in others:
     header += [f"E test ({reference}, {s})", f"E train ({reference}, {s})"]
   lines += ["## Runs", "", "| " + " | ".join(header) + " |",
@@ -436,7 +438,7 @@ def report(sweep_dir: str, strategies: Sequence[str],
           status = "failed" if (s, n, l) in failed else "–"
           row += [status, "–"]
         else:
-          row += [_fmt(compare.final_accuracy(run)),
+          row += [_fmt(compare.final_metric(run)),
                   _fmt(compare.wall_time(run), ".1f")]
       for s in others:
         e = efficiencies[(s, n, l)]

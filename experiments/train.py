@@ -32,6 +32,7 @@ import tqdm
 from agn_jax import config as config_lib
 from agn_jax import runtime
 from agn_jax import strategies
+from agn_jax import tasks
 from agn_jax.config import TrainConfig
 from experiments import compare
 from experiments import curves
@@ -70,7 +71,8 @@ def sigterm_as_interrupt():
 class ProgressBar:
   """A tqdm bar fed by the runtime's progress callback.
 
-  Shows commits, commits/s, the latest test accuracy and the mean staleness.
+  Shows commits, commits/s, the latest test value of the task's efficiency
+  metric (classification's accuracy: "test acc") and the mean staleness.
   """
 
   def __init__(self, config: TrainConfig, enabled: bool = True):
@@ -79,7 +81,8 @@ class ProgressBar:
     self._bar = None
     self._staleness_sum = 0.0
     self._commits = 0
-    self._accuracy = None
+    self._metric = tasks.get_task(config.task).efficiency_metric
+    self._value = None
 
   def _start(self):
     # Created at the first event, so a run that fails while loading data
@@ -116,15 +119,16 @@ class ProgressBar:
       if self._commits % 16 == 0:
         self._postfix()
     elif kind == "eval":
-      accuracy = event.get("accuracy")
-      if isinstance(accuracy, (int, float)):
-        self._accuracy = float(accuracy)
+      value = event.get(self._metric)
+      if isinstance(value, (int, float)):
+        self._value = float(value)
       self._postfix()
 
   def _postfix(self):
     parts = []
-    if self._accuracy is not None:
-      parts.append(f"test acc {self._accuracy:.4f}")
+    if self._value is not None:
+      said = "acc" if self._metric == "accuracy" else self._metric
+      parts.append(f"test {said} {self._value:.4f}")
     if self._commits:
       parts.append(f"staleness {self._staleness_sum / self._commits:.2f}")
     self._bar.set_postfix_str(", ".join(parts), refresh=False)
@@ -137,7 +141,11 @@ class ProgressBar:
 
 def summarize(config: TrainConfig, summary: Dict[str, object],
               run: Optional[compare.Run]) -> Dict[str, Optional[float]]:
-  """The end-of-run table: summary.json's numbers, else the metrics'."""
+  """The end-of-run table: summary.json's numbers, else the metrics'.
+
+  Its first rows are the final test value of each of the task's metrics
+  (classification's "final test accuracy") and the final test loss.
+  """
 
   def number(key):
     value = summary.get(key)
@@ -145,7 +153,9 @@ def summarize(config: TrainConfig, summary: Dict[str, object],
       return float(value)
     return None
 
-  rows = {"final test accuracy": number("final_test_accuracy"),
+  named = tasks.get_task(config.task).metric_names()
+  rows = {**{f"final test {name}": number(f"final_test_{name}")
+             for name in named},
           "final test loss": number("final_test_loss"),
           "wall time (s)": number("wall_seconds"),
           "start-up (s)": number("startup_seconds"),
@@ -155,7 +165,9 @@ def summarize(config: TrainConfig, summary: Dict[str, object],
           "samples/s": number("samples_per_second")}
   if run is not None:
     fallbacks = {
-        "final test accuracy": lambda: compare.final_accuracy(run),
+        **{f"final test {name}": (
+            lambda name=name: compare.final_metric(run, name))
+           for name in named},
         "final test loss": lambda: float(run.evals["loss"][-1]),
         "wall time (s)": lambda: compare.wall_time(run),
         "start-up (s)": lambda: curves.startup_seconds(run),

@@ -100,7 +100,7 @@ def _ray_round_trip(transport, payload, pulled, rep):
   """One commit + acknowledgement + pull through the Ray transport, as a worker does it."""
   from agn_jax.wire import CommitMeta
   t = time.perf_counter()
-  assert transport.commit(payload, CommitMeta(0, rep, 0.0, 0.0, 0.0),
+  assert transport.commit(payload, CommitMeta(0, rep, 0.0, {}, 0.0),
                           timeout=60)
   assert transport.wait_acknowledged(0, rep + 1, timeout=60)
   transport.pull(pulled)
@@ -163,7 +163,7 @@ def main():
       for view, array in zip(views, payload):
         np.copyto(view, array)
       slot_bytes = sum(view.nbytes for view in views)
-      transport.queue_slot(slot, CommitMeta(0, rep, 0.0, 0.0, 0.0))
+      transport.queue_slot(slot, CommitMeta(0, rep, 0.0, {}, 0.0))
       transport.wait_acknowledged(0, rep + 1, timeout=60)
       transport.pull(pulled)
       shm_s = time.perf_counter() - t

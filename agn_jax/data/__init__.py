@@ -2,8 +2,12 @@
 
 from typing import Optional
 
+from agn_jax import names
 from agn_jax.data.dataset import DataError
 from agn_jax.data.dataset import Dataset
+from agn_jax.data.dataset import Example
+from agn_jax.data.dataset import example_of
+from agn_jax.data.dataset import check_dataset
 from agn_jax.data.digits import load_digits
 from agn_jax.data.idx import read_idx
 from agn_jax.data.mnist import load_mnist
@@ -24,12 +28,37 @@ _LOADERS = {
 DATASETS = tuple(_LOADERS)
 
 
+def check_name(name: str) -> None:
+  """Raises `DataError` (one line) unless `name` names a dataset: one of `DATASETS`, or a loader written outside this package.
+
+  A dataset outside this package is named by where its loader lives,
+  `"package.module:function"` (`agn_jax.names`); every process of a run
+  that loads data imports it from there. The loader takes any of
+  `data_dir`, `size` and `seed` by name (`load`) and returns a `Dataset`.
+
+  Example:
+    >>> check_name("agn_jax.data:load_digits")
+    >>> check_name("cifar")
+    Traceback (most recent call last):
+    ...
+    agn_jax.data.dataset.DataError: unknown dataset 'cifar'; available: digits, mnist, mnist1d, mnist5k, synthetic, or package.module:function
+  """
+  try:
+    names.lookup("dataset", name, _LOADERS)
+  except DataError:
+    raise
+  except ValueError as e:
+    raise DataError(str(e)) from None
+
+
 def load(name: str, data_dir: Optional[str] = None, *,
          size: Optional[int] = None, seed: int = 0) -> Dataset:
   """Loads a dataset by name.
 
   Args:
-    name: one of `DATASETS`.
+    name: one of `DATASETS`, or a loader written outside this package,
+      `"package.module:function"` (`check_name`), called with those of
+      `data_dir`, `size` and `seed` it takes.
     data_dir: where the MNIST IDX files live or are downloaded to; the other
       datasets ignore it.
     size: for `mnist1d` and `synthetic` the total number of examples to
@@ -43,18 +72,28 @@ def load(name: str, data_dir: Optional[str] = None, *,
     The `Dataset`.
 
   Raises:
-    DataError: for an unknown name or any problem with the data.
+    DataError: for an unknown name or any problem with the data (a user's
+      loader that raises, or returns no valid `Dataset`: `check_dataset`).
 
   Example:
     >>> ds = load("digits", seed=0)
     >>> ds.num_classes, ds.input_shape, ds.x_train.dtype
     (10, (8, 8, 1), dtype('float32'))
   """
-  if name not in _LOADERS:
-    raise DataError(f"unknown dataset {name!r}; choose one of {DATASETS}")
-  return _LOADERS[name](data_dir, size, seed)
+  if name in _LOADERS:
+    return _LOADERS[name](data_dir, size, seed)
+  check_name(name)
+  loader = names.lookup("dataset", name, _LOADERS)
+  try:
+    dataset = names.call_with(loader, data_dir=data_dir, size=size, seed=seed)
+  except DataError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise DataError(names.raised("dataset", name, e)) from e
+  return check_dataset(dataset, name)
 
 
-__all__ = ("DATASETS", "DataError", "Dataset", "load", "load_digits",
+__all__ = ("DATASETS", "DataError", "Dataset", "Example", "check_dataset",
+           "check_name", "example_of", "load", "load_digits",
            "load_mnist", "load_mnist1d", "load_mnist5k", "load_synthetic",
            "read_idx")

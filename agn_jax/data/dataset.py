@@ -10,18 +10,28 @@ class DataError(ValueError):
 
 
 class Dataset(NamedTuple):
-  """A classification dataset held in memory as flat float32 features.
+  """A dataset held in memory: what every loader returns.
+
+  This package's datasets are classification sets of flat float32
+  features (`make_dataset`). A user's loader (`agn_jax.data.load` of
+  `"package.module:function"`) may hold any arrays its task's loss reads:
+  inputs of any per-example shape and dtype (integer token ids, say) and
+  targets of any (floats, sequences); the workers index their first axis
+  only.
 
   Attributes:
-    x_train: float32 `[N, D]` training features, flattened, scaled to about
-      `[0, 1]` or standardized.
-    y_train: int32 `[N]` training labels in `[0, num_classes)`.
-    x_test: float32 `[M, D]` test features.
-    y_test: int32 `[M]` test labels.
-    num_classes: number of classes.
-    input_shape: per-example shape with a trailing channel axis, for models
-      that un-flatten the features (e.g. `(28, 28, 1)` or `(40, 1)`);
-      `prod(input_shape) == D`.
+    x_train: `[N, ...]` training inputs; this package's are float32
+      `[N, D]`, flattened, scaled to about `[0, 1]` or standardized.
+    y_train: `[N, ...]` training targets; this package's are int32 labels
+      in `[0, num_classes)`.
+    x_test: `[M, ...]` test inputs, as `x_train`.
+    y_test: `[M, ...]` test targets, as `y_train`.
+    num_classes: the model's output width (`agn_jax.models.create_model`):
+      the number of classes, or a user's task's outputs (a regression's
+      targets, a vocabulary).
+    input_shape: per-example shape the model reads, for models that
+      un-flatten the features (e.g. `(28, 28, 1)` or `(40, 1)`; this
+      package's have a trailing channel axis and `prod(input_shape) == D`).
     name: the name `agn_jax.data.load` knows the dataset by.
   """
   x_train: np.ndarray
@@ -31,6 +41,76 @@ class Dataset(NamedTuple):
   num_classes: int
   input_shape: Tuple[int, ...]
   name: str
+
+
+class Example(NamedTuple):
+  """What one input of a dataset looks like: what a model is initialized on.
+
+  Plain data (no JAX), so it travels to a run's every process.
+
+  Attributes:
+    shape: one example's shape as the dataset holds it (`x_train.shape[1:]`;
+      `(D,)` for this package's flat features).
+    dtype: its dtype, as a numpy dtype string (`"<f4"`, `"<i4"`).
+  """
+  shape: Tuple[int, ...]
+  dtype: str
+
+
+def example_of(x) -> Example:
+  """The `Example` of a dataset's inputs `x` (`[N, ...]`): one row's shape and dtype.
+
+  Example:
+    >>> example_of(np.zeros((5, 784), np.float32))
+    Example(shape=(784,), dtype='<f4')
+  """
+  x = np.asarray(x) if not hasattr(x, "shape") else x
+  return Example(tuple(int(d) for d in x.shape[1:]), np.dtype(x.dtype).str)
+
+
+def check_dataset(dataset, name: str) -> Dataset:
+  """`dataset` as a `Dataset` of numpy arrays, if it is one a run can train on; else `DataError` (one line).
+
+  What a user's loader returned is checked here: a `Dataset` whose splits
+  have as many targets as inputs, a non-empty training and test split, an
+  integer `num_classes` >= 1 and an `input_shape` of positive integers.
+
+  Example:
+    >>> x = np.zeros((4, 3), np.int32)
+    >>> ds = check_dataset(Dataset(x, np.ones(4), x, np.ones(4), 1, (3,), "t"),
+    ...                    "t")
+    >>> ds.x_train.dtype, ds.input_shape
+    (dtype('int32'), (3,))
+    >>> check_dataset((x, x), "t")
+    Traceback (most recent call last):
+    ...
+    agn_jax.data.dataset.DataError: dataset 't': its loader returned a tuple, not an agn_jax.data.Dataset
+  """
+  if not isinstance(dataset, Dataset):
+    raise DataError(f"dataset {name!r}: its loader returned a "
+                    f"{type(dataset).__name__}, not an agn_jax.data.Dataset")
+  arrays = [np.asarray(a) for a in dataset[:4]]
+  for split, x, y in (("train", arrays[0], arrays[1]),
+                      ("test", arrays[2], arrays[3])):
+    if x.ndim < 1 or y.ndim < 1 or len(x) != len(y):
+      raise DataError(f"dataset {name!r}: the {split} split has "
+                      f"{len(x) if x.ndim else 0} inputs and "
+                      f"{len(y) if y.ndim else 0} targets")
+    if not len(x):
+      raise DataError(f"dataset {name!r}: the {split} split is empty")
+  classes = dataset.num_classes
+  if (isinstance(classes, bool) or not isinstance(classes, (int, np.integer))
+      or classes < 1):
+    raise DataError(f"dataset {name!r}: num_classes must be an integer >= 1, "
+                    f"got {classes!r}")
+  try:
+    shape = tuple(int(d) for d in dataset.input_shape)
+  except (TypeError, ValueError):
+    shape = ()
+  if not shape or min(shape) < 1:
+    raise DataError(f"dataset {name!r}: input_shape must be a tuple of "
+                    f"positive integers, got {dataset.input_shape!r}")
+  return Dataset(*arrays, int(classes), shape, str(dataset.name))
 
 
 def make_dataset(

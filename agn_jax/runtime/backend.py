@@ -88,6 +88,8 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
   if dataset is None:
     dataset = data.load(config.dataset, config.data_dir,
                         size=config.dataset_size, seed=config.seed)
+  else:  # Handed to `train()`: checked as a user's loader's would be.
+    dataset = data.check_dataset(dataset, config.dataset)
   n = config.num_workers
   if len(dataset.x_train) < n:
     raise ValueError(f"{len(dataset.x_train)} training examples cannot be "
@@ -102,7 +104,8 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
         f"{config.communication_window * config.batch_size})")
   model, _ = build.build_model(config, dataset.num_classes,
                                dataset.input_shape)
-  layout = context.param_layout(model, config, dataset.input_shape)
+  layout = context.param_layout(model, config,
+                                data.example_of(dataset.x_train))
   strategy = build.build_strategy(config)
   if config.resume:
     # Before anything is written: the checkpoint's metadata, its run and its
@@ -409,6 +412,7 @@ class ServerBackend(Backend):
   # Set-up.
 
   def prepare(self, dataset=None):
+    from agn_jax import data  # pylint: disable=g-import-not-at-top
     config, book = self.config, self.book
     the_plan = plan(config, dataset)
     self._interrupt_point()
@@ -429,6 +433,7 @@ class ServerBackend(Backend):
         layout=the_plan.layout.metadata(),
         num_classes=the_plan.dataset.num_classes,
         input_shape=tuple(the_plan.dataset.input_shape),
+        example=data.example_of(the_plan.dataset.x_train),
         cache_dir=self.cache_dir, parent_pid=self.parent_pid,
         faults=self.faults)
     if not config.resume:

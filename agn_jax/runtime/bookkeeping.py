@@ -43,9 +43,10 @@ def outcome_error(summary: Dict[str, object]) -> Optional[str]:
   Every backend's books apply it to the run's summary. A run fails when:
   no commit was applied (all rejected as non-finite: diverged; or none was
   made at all); more of its commits were rejected than applied; its final
-  loss or test accuracy is not finite (its center diverged, whatever the
-  commits were); or its simulated clock is not finite (a speed model whose
-  times overflow).
+  test loss or any of its task's final test metrics (`final_test_<name>`,
+  the accuracy of classification) is not finite (its center diverged,
+  whatever the commits were); or its simulated clock is not finite (a
+  speed model whose times overflow).
 
   Example:
     >>> ok = dict(num_commits=8, rejected_commits=4, final_test_loss=0.3)
@@ -66,8 +67,10 @@ def outcome_error(summary: Dict[str, object]) -> Optional[str]:
   if rejected > MAX_REJECTED_FRACTION * (applied + rejected):
     return (f"{rejected} of {applied + rejected} commits were rejected as "
             f"non-finite (diverged; lower --learning_rate?)")
-  for key, what in (("final_test_loss", "test loss"),
-                    ("final_test_accuracy", "test accuracy")):
+  named = summary.get("metrics")
+  named = list(named) if isinstance(named, dict) else ["accuracy"]
+  for key, what in [("final_test_loss", "test loss")] + [
+      (f"final_test_{name}", f"test {name}") for name in named]:
     value = summary.get(key)
     if value is not None and not _finite(value):
       return (f"the final center's {what} is {value}: the center diverged "
@@ -147,7 +150,10 @@ class RunBook:
 
   def __init__(self, config: TrainConfig, progress: Optional[Progress],
                backend: str):
+    from agn_jax import tasks  # pylint: disable=g-import-not-at-top
     self.config = config
+    # What the run is trained for: the metrics its rows and summary name.
+    self.task = tasks.get_task(config.task)
     self.progress = progress
     self.backend = backend
     self.workdir = pathlib.Path(config.workdir)
@@ -252,7 +258,7 @@ class RunBook:
       purge_step = 0 if self.kept_clock is None else self.kept_clock + 1
     self.writers = metric_writers.open_writers(
         self.config.metric_writers, str(self.workdir), self.config.to_record(),
-        purge_step, self.kept_since_eval)
+        purge_step, self.kept_since_eval, self.task.metric_names())
 
   def _read_back(self, path):
     """The staleness and training time of the rows a resume keeps."""
@@ -558,6 +564,11 @@ class RunBook:
         "batch_size": config.batch_size,
         "epochs": config.epochs,
         "dataset": config.dataset,
+        # The task's named metrics and their directions, and the one
+        # temporal efficiency reads by default (`agn_jax.tasks.Task`).
+        "task": config.task,
+        "metrics": self.task.goals(),
+        "efficiency_metric": self.task.efficiency_metric,
         "config": config.to_record(),
         # completed: its whole share; interrupted: Ctrl-C, SIGTERM or
         # --max_seconds ended it first; `write_summary` and `write_failure`
@@ -565,7 +576,9 @@ class RunBook:
         "outcome": "completed" if completed else "interrupted",
         "completed": completed,
         "interrupted": interrupted,
-        "final_test_accuracy": evaluation.accuracy if evaluation else None,
+        **{f"final_test_{name}": (evaluation.metrics.get(name)
+                                  if evaluation else None)
+           for name in self.task.metric_names()},
         "final_test_loss": evaluation.loss if evaluation else None,
         "final_clock": evaluation.clock if evaluation else None,
         "wall_seconds": wall,

@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import traceback
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 from agn_jax import placement as placement_lib
 from agn_jax.errors import Diverged
@@ -149,8 +149,10 @@ class RunContext(NamedTuple):
       `EventPipe`).
     switches: the run's `channels.SWITCH_NAMES`.
     layout: the parameters' shapes and dtypes (`FlatLayout.metadata()`).
-    num_classes: of the dataset.
-    input_shape: of one example.
+    num_classes: of the dataset (the model's output width).
+    input_shape: of one example, as the model reads it.
+    example: the training inputs' `agn_jax.data.Example` (one row's shape
+      and dtype): what the model is initialized on.
     cache_dir: JAX's persistent compilation cache, shared by all processes.
     parent_pid: the launcher; a child whose parent is gone exits. None
       where the backend ties its parts' lives to the launcher itself (Ray
@@ -166,6 +168,7 @@ class RunContext(NamedTuple):
   layout: Sequence
   num_classes: int
   input_shape: Tuple[int, ...]
+  example: Any
   cache_dir: Optional[str]
   parent_pid: Optional[int]
   faults: Faults = Faults()
@@ -228,18 +231,17 @@ def build_parts(ctx: RunContext):
   config = TrainConfig.from_dict(ctx.config)
   strategy = build.build_strategy(config)
   model, loss_fn = build.build_model(config, ctx.num_classes, ctx.input_shape)
-  layout = param_layout(model, config, ctx.input_shape)
+  layout = param_layout(model, config, ctx.example)
   layout.check(ctx.layout)
   return config, strategy, model, loss_fn, layout
 
 
-def param_layout(model, config, input_shape):
-  """The `FlatLayout` of the model's parameters, without computing them."""
-  import math
+def param_layout(model, config, example):
+  """The `FlatLayout` of the model's parameters, without computing them.
+
+  `example` is the inputs' `agn_jax.data.Example` (`build.init_params`).
+  """
   import jax
-  from agn_jax import models, wire
-  input_dim = math.prod(input_shape)
-  shapes = jax.eval_shape(
-      lambda: models.init_params(model, jax.random.PRNGKey(config.seed),
-                                 input_dim))
+  from agn_jax import build, wire
+  shapes = jax.eval_shape(lambda: build.init_params(config, model, example))
   return wire.FlatLayout.from_tree(shapes)

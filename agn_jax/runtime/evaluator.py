@@ -1,4 +1,4 @@
-"""The evaluator process: test loss and accuracy of a center snapshot, on a timer and at the end.
+"""The evaluator process: the test loss and the task's metrics of a center snapshot, on a timer and at the end.
 
 A separate process, so an evaluation never holds up the server's commits
 (it only pulls, like a worker). No JAX at module level.
@@ -30,8 +30,9 @@ def run_evaluator(ctx: context.RunContext) -> bool:
 
 def _evaluate_loop(ctx):
   jax = context.configure_jax(ctx.cache_dir)
-  from agn_jax import models
+  from agn_jax import build
   config, _, model, _, layout = context.build_parts(ctx)
+  task = build.build_task(config)
   arrays = ctx.data.arrays()
   x_test, y_test = arrays["x_test"], arrays["y_test"]
   unravel = jax.jit(layout.unravel)
@@ -39,17 +40,17 @@ def _evaluate_loop(ctx):
 
   def evaluate(is_final):
     clock = ctx.transport.pull(buffer)
-    loss, accuracy = models.evaluate(model.apply, unravel(buffer), x_test,
-                                     y_test)
-    ctx.events.put(events.Evaluated(time.time(), clock, float(loss),
-                                    float(accuracy), is_final))
+    loss, metrics = task.evaluation(model.apply, unravel(buffer), x_test,
+                                    y_test)
+    ctx.events.put(events.Evaluated(time.time(), clock, loss, metrics,
+                                    is_final))
 
   period = config.eval_every_seconds
   if period and period > 0:
     evaluate(False)  # The initial center: where every curve starts.
   else:
     # Compile now, so the final evaluation does not wait for it.
-    models.evaluate(model.apply, unravel(np.zeros_like(buffer)), x_test,
+    task.evaluation(model.apply, unravel(np.zeros_like(buffer)), x_test,
                     y_test)
   next_time = time.monotonic() + (period or 0)
   while True:

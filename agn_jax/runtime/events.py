@@ -9,9 +9,9 @@ stamps; the bookkeeping turns them into the run's time bases.
 Example:
   >>> from agn_jax.wire import CommitMeta
   >>> e = Committed(time=0.0, meta=CommitMeta(worker=1, clock=4, loss=0.5,
-  ...               accuracy=0.9, time=0.0), clock=8, staleness=3)
-  >>> e.kind, row(e, lambda t: t)["staleness"], row(e, lambda t: t)["worker"]
-  ('commit', 3, 1)
+  ...               metrics={"accuracy": 0.9}, time=0.0), clock=8, staleness=3)
+  >>> e.kind, row(e, lambda t: t)["staleness"], row(e, lambda t: t)["accuracy"]
+  ('commit', 3, 0.9)
 """
 
 import json
@@ -90,8 +90,9 @@ class Committed(NamedTuple):
   Attributes:
     time: when it was applied.
     meta: the commit's `agn_jax.wire.CommitMeta` as its worker sent it: who
-      committed, the window's mean loss and accuracy, its local steps'
-      accuracies and, where known, when its first step began
+      committed, the window's mean loss and task metrics (accuracy), its
+      local steps' values of the efficiency metric and, where known, when
+      its first step began
       (`meta.window_start`) and its last was done (`meta.time`). The λ steps
       of a window run in one dispatch and have no times of their own;
       readers spread them evenly over that span, step i (from 0) ending at
@@ -112,7 +113,10 @@ class Committed(NamedTuple):
       `gradient_cosine` every k-th commit only); None otherwise. A NaN (a
       cosine without a value) is written null.
 
-  Its metrics.jsonl row (`row`) is flat: the fields of `COMMIT_ROW`.
+  Its metrics.jsonl row (`row`) is flat: the fields of `COMMIT_ROW`, with
+  the task's metrics (`meta.metrics`, by name) after `loss` and each step
+  metric as `step_<name>` after `window_end` (classification's:
+  `accuracy`, `step_accuracy`).
   """
   time: float
   meta: CommitMeta
@@ -130,10 +134,11 @@ class Committed(NamedTuple):
     known = meta.window_start is not None
     fields = dict(
         time=self.time, worker=meta.worker, clock=self.clock,
-        staleness=self.staleness, loss=meta.loss, accuracy=meta.accuracy,
+        staleness=self.staleness, loss=meta.loss, **_named(meta.metrics),
         sim_time=self.sim_time, window_start=meta.window_start,
         window_end=meta.time if known else None,
-        step_accuracy=step_values(meta.step_accuracy),
+        **{f"step_{name}": step_values(values)
+           for name, values in sorted(meta.step_metrics.items())},
         sim_window_start=self.sim_window_start,
         sim_window_end=self.sim_window_end,
         local_updates=meta.local_updates or None)
@@ -152,14 +157,25 @@ class Rejected(NamedTuple):
 
 
 class Evaluated(NamedTuple):
-  """Test loss and accuracy of the center at `clock`; `final` once at the end."""
+  """The test loss and the task's metrics of the center at `clock`; `final` once at the end.
+
+  `metrics` is `{name: value}` of the task's named metrics
+  (`agn_jax.tasks.Task.evaluation`; classification's: accuracy); its row
+  carries them by name after `loss`.
+  """
   time: float
   clock: int
   loss: float
-  accuracy: float
+  metrics: Dict[str, float]
   final: bool
   sim_time: Optional[float] = None
   kind = "eval"
+
+  def row_fields(self) -> Dict[str, Any]:
+    """The row's fields: the metrics flat, by name, after `loss`."""
+    return dict(time=self.time, clock=self.clock, loss=self.loss,
+                **_named(self.metrics), final=self.final,
+                sim_time=self.sim_time)
 
 
 class CheckpointSaved(NamedTuple):
@@ -237,21 +253,28 @@ _NOT_IN_ROWS = {"timeline", "stats", "acknowledged"}
 INSTRUMENTS = ("commit_norm", "distance_staleness", "cosine_previous_commit",
                "cosine_center_movement", "center_step_norm",
                "implicit_momentum", "gradient_cosine")
-# The fields of a commit's row (`Committed.row_fields`), in order.
-COMMIT_ROW = ("time", "worker", "clock", "staleness", "loss", "accuracy",
-              "sim_time", "window_start", "window_end", "step_accuracy",
-              "sim_window_start", "sim_window_end", "local_updates",
-              *INSTRUMENTS)
+# The fields of a commit's row (`Committed.row_fields`), in order, besides
+# the task's metrics (after `loss`) and their step values (`step_<name>`,
+# after `window_end`).
+COMMIT_ROW = ("time", "worker", "clock", "staleness", "loss", "sim_time",
+              "window_start", "window_end", "sim_window_start",
+              "sim_window_end", "local_updates", *INSTRUMENTS)
+# The fields of an eval row (`Evaluated.row_fields`) besides the metrics.
+EVAL_ROW = ("time", "clock", "loss", "final", "sim_time")
 # Fields a row leaves out when they are None (backend- or loss-specific).
-_OPTIONAL = {"sim_time", "window_start", "window_end", "step_accuracy",
-             "sim_window_start", "sim_window_end", "local_updates",
-             *INSTRUMENTS}
+_OPTIONAL = {"sim_time", "window_start", "window_end", "sim_window_start",
+             "sim_window_end", "local_updates", *INSTRUMENTS}
 # `time.time()` stamps, which a row gives as seconds on its `time` base.
 _STAMPS = {"time", "window_start", "window_end"}
 
 
+def _named(metrics) -> Dict[str, float]:
+  """A task's metrics as row fields, by name in sorted order (NaN kept: written null)."""
+  return {name: float(value) for name, value in sorted(metrics.items())}
+
+
 def step_values(values) -> Optional[List[float]]:
-  """Step accuracies as a row carries them: each float32 as its shortest decimal.
+  """A step metric's values (`step_<name>`) as a row carries them: each float32 as its shortest decimal.
 
   The kernel computes them in float32; their shortest decimals keep every
   bit and keep the rows short (a batch-128 accuracy has at most 9 digits).
@@ -283,7 +306,8 @@ def row(event: Event, relative: Callable[[float], Optional[float]],
   fields = (event.row_fields() if hasattr(event, "row_fields") else
             event._asdict())
   for key, value in fields.items():
-    if key in _NOT_IN_ROWS or (key in _OPTIONAL and value is None):
+    if key in _NOT_IN_ROWS or (value is None and (
+        key in _OPTIONAL or key.startswith("step_"))):
       continue
     out[key] = relative(value) if key in _STAMPS else value
   out.update(extra)

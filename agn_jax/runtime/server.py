@@ -150,7 +150,7 @@ class WindowPlanner:
   Example:
     >>> planner = WindowPlanner(8, [0, 0])
     >>> def window(worker, seconds):
-    ...   return CommitMeta(worker, 0, 0.0, 0.0, time=seconds,
+    ...   return CommitMeta(worker, 0, 0.0, {}, time=seconds,
     ...                     window_start=0.0, local_updates=8)
     >>> planner.plan(window(0, 9.0))[:2]  # Its first window: no measurement.
     (0, 8)
@@ -242,9 +242,8 @@ class _Server:
     config, strategy, model, loss_fn, layout = context.build_parts(ctx)
     self.layout = layout
     self.checkpoint_dir = os.path.join(config.workdir, "checkpoints")
-    input_dim = int(np.prod(ctx.input_shape))
-    initial = layout.ravel_numpy(build.initial_center(config, model,
-                                                      input_dim))
+    initial = layout.ravel_numpy(build.initial_center(
+        config, model, ctx.example))
     state = strategy.rule.init(layout.unravel(jnp.asarray(initial)))
     self.clock, self.rejected = 0, 0
     saved_step = None

@@ -98,22 +98,31 @@ class _Stopped(Exception):
   """The run is winding down before this worker started training."""
 
 
-def _window_metrics(jnp, metrics, started: float, steps: int) -> tuple:
-  """`(loss, accuracy, start, end, step_accuracy)` of one window kernel's result.
+def _window_metrics(jnp, metrics, started: float, steps: int,
+                    task) -> tuple:
+  """`(loss, metrics, start, end, step_metrics)` of one window kernel's result.
 
   The means are the window's, over its first `steps` local steps (the
-  others ran not); `step_accuracy` holds each local step's mini-batch
-  accuracy (float32; empty when the loss has none). The steps run in one
-  dispatch and have no times of their own: the window's start (`started`,
-  when it was dispatched) and end (when its results were back, which waits
-  for the steps) bound them.
+  others ran not): the loss's and each of the task's named metrics'
+  (`{name: mean}`). `step_metrics` holds each local step's mini-batch value
+  of the task's efficiency metric, `{name: float32 values}` (empty when the
+  loss reports no such metric). The steps run in one dispatch and have no
+  times of their own: the window's start (`started`, when it was
+  dispatched) and end (when its results were back, which waits for the
+  steps) bound them.
+
+  Raises:
+    ValueError: the loss reports other metrics than the task declares.
   """
+  names = [name for name in metrics if name != "loss"]
+  task.check_reported(names, "loss")
   loss = float(jnp.mean(metrics["loss"][:steps]))
-  accuracy = (float(jnp.mean(metrics["accuracy"][:steps]))
-              if "accuracy" in metrics else float("nan"))
-  accuracies = (np.asarray(metrics["accuracy"][:steps], np.float32).reshape(-1)
-                if "accuracy" in metrics else np.zeros(0, np.float32))
-  return loss, accuracy, started, time.time(), accuracies
+  means = {name: float(jnp.mean(metrics[name][:steps])) for name in names}
+  step = task.efficiency_metric
+  step_metrics = ({step: np.asarray(metrics[step][:steps],
+                                    np.float32).reshape(-1)}
+                  if step in metrics else {})
+  return loss, means, started, time.time(), step_metrics
 
 
 class _Worker:
@@ -170,14 +179,14 @@ class _Worker:
   def _push(self, payload, clock, window, local_updates) -> bool:
     """Commits the payload, waiting for room; False if stopped first.
 
-    `window` is `_window_metrics`' `(loss, accuracy, start, end,
-    step_accuracy)`, `local_updates` its local steps. The transport takes
+    `window` is `_window_metrics`' `(loss, metrics, start, end,
+    step_metrics)`, `local_updates` its local steps. The transport takes
     the whole payload before the commit is queued: a worker that dies
     meanwhile leaves nothing the server would apply.
     """
-    loss, accuracy, start, end, step_accuracy = window
-    meta = CommitMeta(self.index, clock, loss, accuracy, end, start,
-                      step_accuracy, local_updates)
+    loss, metrics, start, end, step_metrics = window
+    meta = CommitMeta(self.index, clock, loss, metrics, end, start,
+                      step_metrics, local_updates)
     # A finished window is still committed after a stop, unless the commit
     # queue stays full (the server may be gone).
     while not self.transport.commit(payload, meta, timeout=_POLL_SECONDS):
@@ -208,6 +217,8 @@ class _Worker:
     jax = context.configure_jax(ctx.cache_dir)
     import jax.numpy as jnp
     config, strategy, _, loss_fn, layout = context.build_parts(ctx)
+    from agn_jax import build  # pylint: disable=g-import-not-at-top
+    task = build.build_task(config)
     arrays = ctx.data.arrays()
     x, y = arrays["x_train"], arrays["y_train"]
     n = config.num_workers
@@ -281,8 +292,8 @@ class _Worker:
       else:
         steps = min(plan.local_updates or lam, share_steps - done)
         idx = sampler.take(steps * batch)
-      batches = (x[idx].reshape(steps, batch, -1),
-                 y[idx].reshape(steps, batch))
+      batches = (x[idx].reshape((steps, batch) + x.shape[1:]),
+                 y[idx].reshape((steps, batch) + y.shape[1:]))
       started_window = time.time()
       if dynamic:
         # Padded to λ steps: one kernel for every length; the padding is
@@ -298,7 +309,7 @@ class _Worker:
       if self.slowdown:
         time.sleep(self.slowdown * steps)  # A test's slow worker.
       window_metrics = _window_metrics(jnp, result.metrics, started_window,
-                                       steps)
+                                       steps, task)
       if self.turns and not self._my_turn(commits - base):
         break
       if strategy.pull_before_commit:

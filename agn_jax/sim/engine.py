@@ -45,7 +45,7 @@ Example:
   Array([1., 1., 1.], dtype=float32)
 """
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -94,9 +94,12 @@ class RoundRecords(NamedTuple):
       are 0).
     staleness: [n] each commit's staleness, in commit order.
     loss: [n] each worker's window's mean loss, by worker (NaN: not due).
-    accuracy: [n] each worker's window's mean accuracy, by worker.
+    metrics: `{name: [n]}` each worker's window's mean of each metric its
+      loss reports (the task's; classification's accuracy), by worker.
     rejected: [n] whether each commit was rejected, in commit order.
-    step_accuracy: [n, λ] each worker's local steps' accuracies, by worker.
+    step_metrics: `{name: [n, λ]}` each worker's local steps' values of the
+      step metric (the task's efficiency metric), by worker; empty when the
+      loss reports no such metric.
     instruments: with diagnostics (`agn_jax.instruments.Diagnostics`), `{name: [n]}` of each
       commit's instruments in commit order, the names
       `agn_jax.instruments.SCALARS` and `gradient_cosine` (NaN for a
@@ -105,9 +108,9 @@ class RoundRecords(NamedTuple):
   clock: Any
   staleness: Any
   loss: Any
-  accuracy: Any
+  metrics: Any
   rejected: Any
-  step_accuracy: Any
+  step_metrics: Any
   instruments: Any = None
 
 
@@ -315,7 +318,8 @@ def build_restart(strategy, sharding):
 def build_round(strategy, loss_fn, *, mesh, num_workers: int,
                 workers_per_call: int, keeps_pulled: bool,
                 dynamic_local_updates: bool,
-                diagnostics: instruments_lib.Diagnostics = None):
+                diagnostics: instruments_lib.Diagnostics = None,
+                step_metric: Optional[str] = "accuracy"):
   """One round, jitted: `round_fn(workers, center, server, indices, ...)`.
 
   Its arguments: the stacked workers, the center, the server state, each
@@ -340,6 +344,9 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
       decoded `delta` as sent, the pulled center the one its worker last
       received) and every k-th its gradient cosine on the probe set. None
       traces the round exactly as without instruments.
+    step_metric: the metric whose every local step's value the records keep
+      (`RoundRecords.step_metrics`; the task's efficiency metric), if the
+      loss reports it.
 
   Returns:
     The jitted round; it returns `(workers, center, server, records)`
@@ -375,13 +382,15 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
           result = kernel(w.params, w.opt_state, (x[idx], y[idx]))
         metrics = result.metrics
         loss = mean(metrics["loss"]).astype(jnp.float32)
-        accuracy = (mean(metrics["accuracy"]).astype(jnp.float32)
-                    if "accuracy" in metrics else jnp.float32(jnp.nan))
-        # Each step's accuracy, [λ] (or [0] when the loss has none).
-        steps = metrics.get("accuracy", jnp.zeros(0)).astype(jnp.float32)
+        means = {name: mean(values).astype(jnp.float32)
+                 for name, values in metrics.items() if name != "loss"}
+        # Each step's value of the step metric, [λ] (none when the loss
+        # reports no such metric).
+        steps = ({step_metric: metrics[step_metric].astype(jnp.float32)}
+                 if step_metric in metrics else {})
         return (w._replace(params=result.params,
                            opt_state=result.opt_state),
-                (loss, accuracy, steps))
+                (loss, means, steps))
 
       def skip(w):
         shapes = jax.eval_shape(run, w)[1]
@@ -390,9 +399,9 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
 
       return jax.lax.cond(is_due, run, skip, w)
 
-    workers, (loss, accuracy, steps) = map_in_place(
+    workers, (loss, means, steps) = map_in_place(
         one, workers, (indices, due, lengths), batch_size=k)
-    return workers, loss, accuracy, steps
+    return workers, loss, means, steps
 
   def take(workers, worker):
     """Worker `worker`'s state, on every device."""
@@ -492,12 +501,12 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
 
   def round_fn(workers, center, server, indices, due, lengths, order,
                num_commits, x, y, *measured):
-    workers, loss, accuracy, steps = windows(workers, indices, due, lengths,
-                                             x, y)
+    workers, loss, means, steps = windows(workers, indices, due, lengths,
+                                          x, y)
     if sharded:
       loss = jax.lax.all_gather(loss, AXIS, tiled=True)
-      accuracy = jax.lax.all_gather(accuracy, AXIS, tiled=True)
-      steps = jax.lax.all_gather(steps, AXIS, tiled=True)
+      means, steps = jax.tree.map(
+          lambda a: jax.lax.all_gather(a, AXIS, tiled=True), (means, steps))
     slots = order.shape[0]
     rec = {"order": order,
            "clock": jnp.zeros(slots, jnp.int32),
@@ -515,7 +524,7 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
           0, num_commits, commit_one,
           (workers, center, server, rec, diag, (probe_x, probe_y)))
     # The windows' metrics by worker: a window's commit may come later.
-    records = RoundRecords(rec["clock"], rec["staleness"], loss, accuracy,
+    records = RoundRecords(rec["clock"], rec["staleness"], loss, means,
                            rec["rejected"], steps, rec.get("instruments"))
     if diagnostics is None:
       return workers, center, server, records

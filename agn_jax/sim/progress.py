@@ -2,7 +2,8 @@
 
 Example:
   >>> p = Progress.start(2)
-  >>> p.pending[1] = Pending(0.5, 0.75, (0.5, 1.0), round=0, local_updates=2)
+  >>> p.pending[1] = Pending(0.5, {"accuracy": 0.75},
+  ...                        {"accuracy": (0.5, 1.0)}, round=0, local_updates=2)
   >>> Progress.from_meta(p.to_meta(), communication_window=2) == p
   True
 """
@@ -16,14 +17,15 @@ class Pending(NamedTuple):
 
   Attributes:
     loss: the window's mean training loss.
-    accuracy: its mean training accuracy (nan if the loss has none).
-    step_accuracy: each local step's training accuracy.
+    metrics: its means of the task's metrics, `{name: value}`.
+    step_metrics: each local step's value of the step metric (the task's
+      efficiency metric), `{name: values}`; empty if the loss has none.
     round: the round the window ran in.
     local_updates: its local steps.
   """
   loss: float
-  accuracy: float
-  step_accuracy: Tuple[float, ...]
+  metrics: Dict[str, float]
+  step_metrics: Dict[str, Tuple[float, ...]]
   round: int
   local_updates: int
 
@@ -61,26 +63,44 @@ class Progress:
     return cls(0, 0, 0, 0.0, [0] * n, [0] * n, [None] * n, [0] * n)
 
   def to_meta(self) -> Dict[str, Any]:
-    """The JSON-able form a checkpoint's metadata holds (`pending` as `[loss, accuracy, step accuracies, round, local steps]` lists)."""
+    """The JSON-able form a checkpoint's metadata holds (`pending` as `[loss, metrics, step metrics, round, local steps]` lists)."""
     meta = dataclasses.asdict(self)
     meta["rejected_commits"] = meta.pop("rejected")
     meta["pending"] = [None if p is None else [
-        p.loss, p.accuracy, list(p.step_accuracy), p.round, p.local_updates]
-                       for p in self.pending]
+        p.loss, dict(p.metrics),
+        {name: list(v) for name, v in p.step_metrics.items()}, p.round,
+        p.local_updates] for p in self.pending]
     return meta
 
   @classmethod
   def from_meta(cls, meta: Dict[str, Any],
                 communication_window: int) -> "Progress":
-    """`to_meta` undone; a pending window of an older checkpoint without its local steps had λ."""
+    """`to_meta` undone.
+
+    A pending window of an older checkpoint without its local steps had λ;
+    one written before tasks had names holds classification's accuracy and
+    step accuracies as a number and a list.
+    """
+
+    def number(value) -> float:
+      return float("nan") if value is None else float(value)
+
+    def pending(p) -> Pending:
+      metrics, steps = p[1], p[2]
+      if not isinstance(metrics, dict):  # Before tasks: the accuracy.
+        metrics = {} if metrics is None else {"accuracy": metrics}
+        steps = {"accuracy": steps} if steps else {}
+      return Pending(
+          number(p[0]), {k: number(v) for k, v in metrics.items()},
+          {k: tuple(number(a) for a in v) for k, v in steps.items()},
+          int(p[3]), int(p[4]) if len(p) > 4 else communication_window)
+
     return cls(
         round=int(meta["round"]), num_commits=int(meta["num_commits"]),
         rejected=int(meta["rejected_commits"]),
         simulated_time=float(meta["simulated_time"]),
         windows_done=[int(w) for w in meta["windows_done"]],
         windows_run=[int(w) for w in meta["windows_run"]],
-        pending=[None if p is None else Pending(
-            float(p[0]), float(p[1]), tuple(float(a) for a in p[2]),
-            int(p[3]), int(p[4]) if len(p) > 4 else communication_window)
+        pending=[None if p is None else pending(p)
                  for p in meta["pending"]],
         rejected_in_a_row=[int(w) for w in meta["rejected_in_a_row"]])

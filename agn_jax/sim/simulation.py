@@ -60,7 +60,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
-from agn_jax import build, models, shares, strategies, wire
+from agn_jax import build, data, shares, strategies, tasks, wire
 from agn_jax.config import SimulatedOptions
 from agn_jax.errors import check_rejected_in_a_row
 from agn_jax.shares import (Windows, local_updates,
@@ -100,7 +100,9 @@ class Simulation:
       device's workers on GPU/TPU).
     mesh: a `Mesh` with one axis named `"workers"` whose size divides n
       (None: `engine.default_mesh(n)`).
-    apply_fn: `apply_fn(center, x) -> logits`, for `evaluate`; optional.
+    apply_fn: `apply_fn(center, x) -> outputs`, for `evaluate`; optional.
+    task: the `agn_jax.tasks.Task` `evaluate` runs the evaluation of, whose
+      efficiency metric's steps the records keep (None: classification).
     dynamic_local_updates: each worker's windows are λ_k steps, in
       proportion to its speed on the time model (see the module
       docstring).
@@ -140,7 +142,7 @@ class Simulation:
                time_model: Optional[clock_lib.TimeModel] = None,
                commit_order: Optional[Sequence] = None,
                workers_per_call: Optional[int] = None,
-               mesh: Optional[Mesh] = None, apply_fn=None,
+               mesh: Optional[Mesh] = None, apply_fn=None, task=None,
                dynamic_local_updates: bool = False,
                data_assignment: str = "shards", diagnostics: bool = False,
                diagnostics_subsample: Optional[float] = None,
@@ -206,6 +208,9 @@ class Simulation:
     else:
       self._schedule = EventSchedule(time_model, self.windows, tickets)
     self._apply_fn = apply_fn
+    self.task = tasks.classification() if task is None else task
+    # A task given is held to its metrics; a loss given alone reports any.
+    self._check_metrics = task is not None
     self._diagnostics_settings = ((diagnostics_subsample, diagnostics_every)
                                   if diagnostics else None)
     self._set_devices(mesh, workers_per_call)
@@ -254,7 +259,7 @@ class Simulation:
       >>> sim = Simulation.from_config(config, ds)
       >>> [(r.meta.worker, r.simulated_time) for r in sim.run_round()]
       [(0, 1.0)]
-      >>> loss, accuracy = sim.evaluate(ds.x_test, ds.y_test)
+      >>> loss, metrics = sim.evaluate(ds.x_test, ds.y_test)
     """
     options = config.options
     if not isinstance(options, SimulatedOptions):
@@ -263,7 +268,7 @@ class Simulation:
     model, loss_fn = build.build_model(config, dataset.num_classes,
                                        dataset.input_shape)
     center = build.initial_center(config, model,
-                                  int(np.prod(dataset.input_shape)))
+                                  data.example_of(dataset.x_train))
     if cluster is None:
       cluster = clock_lib.preset(options.cluster)
     # The `none` cluster counts steps: what a worker computes costs nothing.
@@ -283,7 +288,7 @@ class Simulation:
                epochs=config.epochs, seed=config.seed, time_model=time_model,
                commit_order=commit_order,
                workers_per_call=options.workers_per_call, mesh=mesh,
-               apply_fn=model.apply,
+               apply_fn=model.apply, task=build.build_task(config),
                dynamic_local_updates=config.dynamic_local_updates,
                data_assignment=config.data_assignment,
                diagnostics=config.diagnostics,
@@ -341,7 +346,8 @@ class Simulation:
         workers_per_call=self.workers_per_call,
         keeps_pulled=self._keeps_pulled,
         dynamic_local_updates=self.dynamic_local_updates,
-        diagnostics=self.diagnostics)
+        diagnostics=self.diagnostics,
+        step_metric=self.task.efficiency_metric)
     self._restart_fn = engine.build_restart(strategy, self._sharded)
     # Each commit is one message of `commit_bytes`, and the center its worker
     # receives with the reply (or pulls first, `pull_before_commit`) one of
@@ -472,11 +478,16 @@ class Simulation:
        measuring.carry) = self._round_fn(*args, measuring.carry,
                                          *measuring.probe)
     out = jax.tree.map(np.asarray, out)
+    if self._check_metrics:
+      self.task.check_reported(out.metrics, "loss")
+      self._check_metrics = False
     clock, staleness, rejected = out.clock, out.staleness, out.rejected
     for k in np.flatnonzero(due):
       progress.pending[k] = Pending(
-          loss=float(out.loss[k]), accuracy=float(out.accuracy[k]),
-          step_accuracy=tuple(out.step_accuracy[k][:lengths[k]].tolist()),
+          loss=float(out.loss[k]),
+          metrics={name: float(v[k]) for name, v in out.metrics.items()},
+          step_metrics={name: tuple(v[k][:lengths[k]].tolist())
+                        for name, v in out.step_metrics.items()},
           round=progress.round, local_updates=int(lengths[k]))
       progress.windows_run[k] += 1
     if rejected[:len(plan)].any():
@@ -495,9 +506,9 @@ class Simulation:
       applied = 0 if rejected[i] else 1
       meta = wire.CommitMeta(
           worker=k, clock=int(clock[i]) - applied - int(staleness[i]),
-          loss=ran.loss, accuracy=ran.accuracy, time=float(c.window_end),
+          loss=ran.loss, metrics=ran.metrics, time=float(c.window_end),
           window_start=float(c.window_start),
-          step_accuracy=ran.step_accuracy, local_updates=ran.local_updates)
+          step_metrics=ran.step_metrics, local_updates=ran.local_updates)
       records.append(Handled(
           meta, clock=int(clock[i]), staleness=int(staleness[i]),
           rejected=bool(rejected[i]), simulated_time=float(c.applied),
@@ -555,11 +566,12 @@ class Simulation:
     return jax.tree.map(np.asarray, self._center)
 
   def evaluate(self, x, y, batch_size: int = 1000):
-    """`(loss, accuracy)` of the center on `x`, `y` (`agn_jax.models.evaluate`)."""
+    """`(loss, {metric: value})` of the center on `x`, `y` (the task's evaluation, `agn_jax.tasks.Task.evaluation`)."""
     if self._apply_fn is None:
       raise ValueError("evaluate needs the model: build the Simulation from a "
                        "config, or pass apply_fn to from_parts")
-    return models.evaluate(self._apply_fn, self._center, x, y, batch_size)
+    return self.task.evaluation(self._apply_fn, self._center, x, y,
+                                batch_size)
 
   def traffic(self, worker: int) -> Dict[str, int]:
     """What `worker` sent and received in this session, in payload bytes as sent.
@@ -624,7 +636,7 @@ class Simulation:
       (applied and rejected), `clock` (applied), `rejected_commits`,
       `windows_done` (committed), `windows_run` (computed),
       `rejected_in_a_row` and `pending` (per worker: a window that ran but
-      is not committed yet, `[loss, accuracy, step accuracies, round,
+      is not committed yet, `[loss, metrics, step metrics, round,
       local steps]`, or None), `simulated_time` (of the last commit),
       `num_workers`, `schedule` (the clock's position,
       `EventSchedule.state`) and `time_model` (`TimeModel.describe`, or a

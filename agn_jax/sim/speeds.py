@@ -298,7 +298,11 @@ def _read_trace_windows(run_dir: str, path: str, size, mtime_ns
     start, end = values.get("window_start"), values.get("window_end")
     if start is None or end is None:
       continue
-    steps = len(row.get("step_accuracy") or ()) or lam
+    # The window's local steps: its row's step values (`step_<metric>`,
+    # `step_accuracy` for classification) count them.
+    listed = [v for k, v in row.items()
+              if k.startswith("step_") and isinstance(v, list)]
+    steps = (len(listed[0]) if listed else 0) or lam
     if steps and end >= start:
       windows.setdefault(worker, []).append(
           (values["time"], start, (end - start) / steps))

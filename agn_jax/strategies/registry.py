@@ -4,13 +4,12 @@ Every backend looks a strategy up by name (in the registry, or a
 `"package.module:function"` written outside this package: `check_name`).
 """
 
-import importlib
 import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import optax
 
-from agn_jax import transform
+from agn_jax import names, transform
 from agn_jax.strategies.base import (Strategy, adag_increment,
                                      add_increment, delta_and_center_commit,
                                      delta_commit, dynsgd_increment,
@@ -77,18 +76,7 @@ def check_name(name: str) -> None:
 
 
 def _factory(name: str) -> Callable[..., Strategy]:
-  if name in _REGISTRY:
-    return _REGISTRY[name]
-  module, sep, function = name.partition(":")
-  if sep and module and function:
-    try:
-      factory = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as e:
-      raise ValueError(f"strategy {name!r} cannot be imported: {e}") from None
-    if callable(factory):
-      return factory
-  raise ValueError(f"unknown strategy {name!r}; available: "
-                   f"{', '.join(_REGISTRY)}, or package.module:function")
+  return names.lookup("strategy", name, _REGISTRY)
 
 
 def paper_defaults(name: str) -> Dict[str, Any]:

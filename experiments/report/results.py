@@ -72,7 +72,9 @@ def figures(run: curves.Run) -> Figures:
   st = run.commits["staleness"]
   st = st[np.isfinite(st)].astype(np.int64)
   workers = max(int(run.summary.get("num_workers") or 1), 1)
-  return Figures(run, compare.final_accuracy(run), final_train_accuracy(run),
+  # The paper's figures are classification's: its metric is the accuracy.
+  return Figures(run, compare.final_metric(run, "accuracy"),
+                 final_train_accuracy(run),
                  float(seconds) if isinstance(seconds, (int, float)) else None,
                  base, st, len(run.commits["worker"]) / workers,
                  curves.convergence(run))

@@ -87,8 +87,8 @@ def test_every_backend_counts_the_int8_bytes_it_moved(tmp_path, backend):
 
 def test_int8_commits_train_as_well_as_float32(digits_runs):
   (none, ds), (int8, _) = digits_runs["none"], digits_runs["int8"]
-  _, accuracy_none = none.evaluate(ds.x_test, ds.y_test)
-  _, accuracy_int8 = int8.evaluate(ds.x_test, ds.y_test)
+  accuracy_none = none.evaluate(ds.x_test, ds.y_test)[1]["accuracy"]
+  accuracy_int8 = int8.evaluate(ds.x_test, ds.y_test)[1]["accuracy"]
   assert accuracy_none > 0.8
   assert abs(float(accuracy_int8) - float(accuracy_none)) <= 0.01
   assert np.abs(int8.center() - none.center()).max() > 0  # It did compress.

@@ -123,7 +123,7 @@ def test_per_worker_speeds_give_the_formula_and_keep_the_data_budget(digits):
         r.meta.local_updates for r in a if r.meta.worker == k)
     assert steps[:-1] == [lam_k] * (len(steps) - 1)
     assert len(steps) == -(-share * 6 // lam_k)
-    assert len(b[0].meta.step_accuracy) == b[0].meta.local_updates
+    assert len(b[0].meta.step_metrics["accuracy"]) == b[0].meta.local_updates
 
 
 def test_a_restored_simulation_continues_exactly(digits):

@@ -384,7 +384,7 @@ def test_a_queued_commit_of_a_dead_worker_is_applied_whole_or_dropped(
 
     def commit(self, transport, size):
       payload = (np.ones(size, np.float32),)
-      return transport.commit(payload, CommitMeta(0, 0, 0.0, 0.0, 0.0), 10.0)
+      return transport.commit(payload, CommitMeta(0, 0, 0.0, {}, 0.0), 10.0)
 
   size = 100_000  # 400 kB: through the object store, owned by the committer.
   transport = RayTransport.create(size, 1, num_workers=1, capacity=2)
@@ -416,8 +416,8 @@ def test_commits_come_out_in_arrival_order_with_backpressure(ray_instance):
   transport = RayTransport.create(size, 1, num_workers=2, capacity=2)
 
   def meta(worker, clock):
-    return CommitMeta(worker, clock, 0.5, 0.25, 2.0, 1.0,
-                      np.array([0.125, 0.375], np.float32))
+    return CommitMeta(worker, clock, 0.5, {"accuracy": 0.25}, 2.0, 1.0,
+                      {"accuracy": np.array([0.125, 0.375], np.float32)})
 
   try:
     center = np.arange(size, dtype=np.float32)
@@ -435,8 +435,8 @@ def test_commits_come_out_in_arrival_order_with_backpressure(ray_instance):
     for _ in range(2):
       commit = transport.next_commit(timeout=10)
       taken.append((commit.meta.worker, float(commit.payload[0][0])))
-      assert commit.meta[2:6] == (0.5, 0.25, 2.0, 1.0)
-      assert commit.meta.step_accuracy.tolist() == [0.125, 0.375]
+      assert commit.meta[2:6] == (0.5, {"accuracy": 0.25}, 2.0, 1.0)
+      assert commit.meta.step_metrics["accuracy"].tolist() == [0.125, 0.375]
       transport.release(commit)
     assert taken == [(1, 1.0), (0, 2.0)]
     # Worker 0's done comes after its commit; worker 1 commits again.

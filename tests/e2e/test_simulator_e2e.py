@@ -126,9 +126,11 @@ class DeterminismTest(absltest.TestCase):
     full_records = _run(full)
     self.assertGreater(len(full_records), 9)
     for r in full_records:  # λ = 2 steps of batch 4 each.
-      self.assertLen(r.meta.step_accuracy, 2)
-      self.assertTrue(all(4 * a == int(4 * a) for a in r.meta.step_accuracy))
-      self.assertAlmostEqual(np.mean(r.meta.step_accuracy), r.meta.accuracy, places=6)
+      steps = r.meta.step_metrics["accuracy"]
+      self.assertLen(steps, 2)
+      self.assertTrue(all(4 * a == int(4 * a) for a in steps))
+      self.assertAlmostEqual(np.mean(steps), r.meta.metrics["accuracy"],
+                             places=6)
     orders = {tuple(r.meta.worker for r in full_records[i:i + 3])
               for i in range(0, len(full_records), 3)}
     self.assertGreater(len(orders), 1)  # Really random.
@@ -144,8 +146,8 @@ class DeterminismTest(absltest.TestCase):
     self.assertEqual(records, full_records)  # Bit for bit.
     np.testing.assert_array_equal(second.center(), full.center())
     self.assertEqual(second.state()["meta"], full.state()["meta"])
-    loss, accuracy = second.evaluate(ds.x_test, ds.y_test)
-    self.assertTrue(np.isfinite(loss) and 0 <= accuracy <= 1)
+    loss, metrics = second.evaluate(ds.x_test, ds.y_test)
+    self.assertTrue(np.isfinite(loss) and 0 <= metrics["accuracy"] <= 1)
 
     with self.assertRaisesRegex(ValueError, "speed_model random:0.5"):
       Simulation.from_config(_tiny_config(strategy="adag"), ds).restore(saved)
@@ -174,12 +176,13 @@ _SHARDED = textwrap.dedent("""
       for mesh in (None, Mesh(np.array(jax.devices()[:1]), ("workers",))):
         sim = Simulation.from_config(config, ds, mesh=mesh)
         records = [[r.meta.worker, r.window, r.clock, r.staleness,
-                    r.meta.loss, r.meta.accuracy, r.rejected,
+                    r.meta.loss, r.meta.metrics["accuracy"], r.rejected,
                     r.simulated_time, r.round, r.window_round]
                    for rs in sim for r in rs]
+        loss, metrics = sim.evaluate(ds.x_test, ds.y_test)
         runs.append({"info": sim.info, "records": records,
                      "center": sim.center().tolist(),
-                     "evaluation": sim.evaluate(ds.x_test, ds.y_test)})
+                     "evaluation": [loss, metrics["accuracy"]]})
       out[name] = runs
     out["mesh_sizes"] = {n: default_mesh(n).size for n in (4, 6, 10, 7)}
     print(json.dumps(out))
@@ -234,8 +237,9 @@ class CommitOrderTest(parameterized.TestCase):
     np.testing.assert_allclose([r.simulated_time for r in records], times)
     np.testing.assert_allclose([r.meta.time for r in records], times)
     np.testing.assert_allclose([r.meta.window_start for r in records], times - 2)
-    # The quadratic loss has no accuracy: no step accuracies.
-    self.assertEqual({r.meta.step_accuracy for r in records}, {()})
+    # The quadratic loss has no metrics: none, and no step values.
+    self.assertEqual({(tuple(r.meta.metrics), tuple(r.meta.step_metrics))
+                      for r in records}, {((), ())})
 
   def test_speeds(self):
     # Worker 0 is twice as fast as worker 1; each has 20 windows.

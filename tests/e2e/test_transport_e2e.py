@@ -31,7 +31,8 @@ def test_pull_is_a_consistent_snapshot_under_concurrent_publishes(
 
 def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
   transport = make_transport(num_params=1000, payload_size=2, num_slots=2,
-                             step_capacity=3)
+                             step_capacity=3, metrics=("mae", "accuracy"),
+                             step_metric="accuracy")
   values = [float(v) for v in range(1, 11)]
   child = ctx.Process(target=_committer, args=(transport, 7, values))
   child.start()
@@ -44,11 +45,14 @@ def test_commits_arrive_fifo_and_slots_are_reused(ctx, make_transport):
     assert np.all(payload == payload[0, 0])
     value = float(payload[0, 0])
     seen.append(value)
-    # The metadata of this very commit came along, step accuracies exact.
-    assert header[1:5] == (int(value), 1 / value, value / 16, value + 0.5)
+    # The metadata of this very commit came along, step values exact.
+    assert header[1:5] == (int(value), 1 / value,
+                           {"accuracy": value / 16, "mae": value / 32},
+                           value + 0.5)
     assert header.window_start == (None if value == 3 else value - 0.25)
-    assert header.step_accuracy.dtype == np.float32
-    np.testing.assert_array_equal(header.step_accuracy, _steps(value))
+    steps = header.step_metrics["accuracy"]
+    assert steps.dtype == np.float32
+    np.testing.assert_array_equal(steps, _steps(value))
     slots.add(commit.handle)
     transport.free_slot(commit.handle)
   child.join()

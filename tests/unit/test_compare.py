@@ -238,12 +238,12 @@ def test_truncated_last_line_is_ignored_but_corrupt_middle_line_is_not(
     compare.read_run(path)
 
 
-def test_final_accuracy_prefers_the_summary(tmp_path):
+def test_final_metric_prefers_the_summary(tmp_path):
   path = write_run(tmp_path / "a", eval_curve=[(0, 0.1), (1, 0.2)])
-  assert compare.final_accuracy(compare.read_run(path)) == pytest.approx(0.2)
+  assert compare.final_metric(compare.read_run(path)) == pytest.approx(0.2)
   path = write_run(tmp_path / "b", eval_curve=[(0, 0.1), (1, 0.2)],
                    summary={"final_test_accuracy": 0.25})
-  assert compare.final_accuracy(compare.read_run(path)) == 0.25
+  assert compare.final_metric(compare.read_run(path)) == 0.25
 
 
 def test_training_time_base_leaves_start_up_out(tmp_path):
@@ -315,9 +315,11 @@ def test_data_budget_and_same_budget(tmp_path):
   longer = compare.read_run(write_run(
       tmp_path / "longer", eval_curve=curve,
       config=config(epochs=100, batch_size=64)))
+  # A run written before tasks had names trained for classification.
   assert compare.data_budget(agn) == {
-      "dataset": "mnist", "dataset_size": None, "epochs": 40.0,
-      "batch_size": 128, "model": "mlp", "hidden_sizes": [1000, 2000, 1000]}
+      "task": "classification", "dataset": "mnist", "dataset_size": None,
+      "epochs": 40.0, "batch_size": 128, "model": "mlp",
+      "hidden_sizes": [1000, 2000, 1000]}
   assert compare.same_budget([agn, aeasgd]) == (True, [])
   assert compare.same_budget([agn, aeasgd, longer]) == (
       False, ["epochs", "batch_size"])

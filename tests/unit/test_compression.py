@@ -294,7 +294,7 @@ def test_transports_carry_a_compressed_commit_bit_for_bit(name):
   wire = wire_lib.wire_of(s, layout)
   p = layout.num_params
   payload = _wire_payload(wire)
-  meta = CommitMeta(0, 0, 0.5, 0.5, 0.0)
+  meta = CommitMeta(0, 0, 0.5, {}, 0.0)
   ctx = multiprocess.get_context("spawn")
   shm = SharedMemoryTransport.create(ctx, p, len(wire), num_slots=2,
                                      wire=wire)

@@ -193,7 +193,7 @@ def test_the_planner_follows_the_measured_step_times():
   planner = WindowPlanner(8, [0, 0, 0])
 
   def meta(worker, seconds, steps):
-    return CommitMeta(worker, 0, 0.0, 0.0, time=10.0 + seconds,
+    return CommitMeta(worker, 0, 0.0, {}, time=10.0 + seconds,
                       window_start=10.0, local_updates=steps)
 
   # A first window (the kernel's first call) is no measurement: λ.

@@ -42,7 +42,8 @@ def _session(book, clocks, shift=0.0, eval_every=4, final=12):
   t0 = time.time()
   for clock in clocks:
     meta = CommitMeta(worker=clock % 2, clock=clock - 1 - STALENESS[clock - 1],
-                      loss=1.0 / clock + shift, accuracy=clock / 13 + shift,
+                      loss=1.0 / clock + shift,
+                      metrics={"accuracy": clock / 13 + shift},
                       time=t0 + 0.01 * clock)
     book.handle(ev.Committed(
         time=t0 + 0.01 * clock, meta=meta, clock=clock,
@@ -50,7 +51,7 @@ def _session(book, clocks, shift=0.0, eval_every=4, final=12):
     if clock % eval_every == 0:
       book.handle(ev.Evaluated(
           time=t0 + 0.01 * clock + 0.005, clock=clock,
-          loss=2.0 / clock + shift, accuracy=clock / 14 + shift,
+          loss=2.0 / clock + shift, metrics={"accuracy": clock / 14 + shift},
           final=clock == final, sim_time=0.25 * clock + shift))
 
 
@@ -92,16 +93,16 @@ def _between_evals(workdir):
   return out
 
 
-def assert_events_match_metrics(workdir):
-  """Everything the event files say, against metrics.jsonl and config.json."""
+def assert_events_match_metrics(workdir, metrics=("accuracy",)):
+  """Everything the event files say, against metrics.jsonl and config.json; `metrics` the task's."""
   reader = _reader(workdir)
   commits, evals = _rows(workdir, "commit"), _rows(workdir, "eval")
   assert commits and evals
   f32 = lambda rows, key: [(r["clock"], float(np.float32(r[key])))
                            for r in rows]
-  for key in ("loss", "accuracy", "staleness", "time"):
+  for key in ("loss", *metrics, "staleness", "time"):
     assert _scalars(reader, f"commit/{key}") == f32(commits, key), key
-  for key in ("loss", "accuracy", "time"):
+  for key in ("loss", *metrics, "time"):
     assert _scalars(reader, f"eval/{key}") == f32(evals, key), key
   if "sim_time" in commits[0]:
     assert _scalars(reader, "commit/sim_time") == f32(commits, "sim_time")

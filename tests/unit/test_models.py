@@ -45,7 +45,7 @@ def test_the_model_list_is_what_create_model_builds():
   built = {name: type(models.create_model(name, 10, (8, 8, 1), (16,)))
            for name in models.MODELS}
   assert built == {"mlp": models.MLP, "cnn": models.CNN}
-  with pytest.raises(ValueError, match="choose one of.*mlp.*cnn"):
+  with pytest.raises(ValueError, match="available: mlp, cnn, or package.module:function"):
     models.create_model("resnet", 10, (8, 8, 1))
 
 

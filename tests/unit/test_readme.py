@@ -44,10 +44,11 @@ def _examples():
 
 def test_docs_exist_and_have_examples():
   assert DOCS == ["README.md", "docs/algorithms.md", "docs/backends.md",
-                  "docs/language_model.md", "docs/reproducing.md"]
+                  "docs/language_model.md", "docs/reproducing.md",
+                  "docs/workloads.md"]
   assert {doc for doc, _, _ in _examples()} == {
       "README.md", "docs/algorithms.md", "docs/backends.md",
-      "docs/language_model.md"}
+      "docs/language_model.md", "docs/workloads.md"}
   with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
     readme = f.read()
   for doc in DOCS[1:]:

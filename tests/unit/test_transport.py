@@ -26,15 +26,17 @@ def _publisher(transport, count):
 
 
 def _steps(value):
-  """Commit `value`'s step accuracies: 0 to 3 of them, so lengths vary."""
+  """Commit `value`'s step values: 0 to 3 of them, so lengths vary."""
   return np.arange(int(value) % 4, dtype=np.float32) / 8 + value
 
 
 def _committer(transport, worker, values):
   for value in values:
     payload = np.full((2, transport.num_params), value, np.float32)
-    meta = CommitMeta(worker, int(value), 1 / value, value / 16, value + 0.5,
-                      None if value == 3 else value - 0.25, _steps(value))
+    meta = CommitMeta(worker, int(value), 1 / value,
+                      {"accuracy": value / 16, "mae": value / 32},
+                      value + 0.5, None if value == 3 else value - 0.25,
+                      {"accuracy": _steps(value)})
     assert transport.commit(payload, meta, timeout=10)
 
 
@@ -128,11 +130,21 @@ def test_a_worker_can_wait_until_its_commits_are_handled(make_transport):
   assert transport.wait_acknowledged(1, 1, timeout=1)
 
 
-def test_a_commit_with_more_step_accuracies_than_the_ring_holds_is_refused(
+def test_a_commit_with_more_step_values_than_the_ring_holds_is_refused(
     make_transport):
   transport = make_transport(num_params=4, payload_size=1, num_slots=1,
-                             step_capacity=2)
-  meta = CommitMeta(0, 0, 0.0, 0.0, 0.0, 0.0, np.zeros(3, np.float32))
-  with pytest.raises(ValueError, match="3 step accuracies; the ring holds 2"):
+                             step_capacity=2, metrics=("accuracy",),
+                             step_metric="accuracy")
+  meta = CommitMeta(0, 0, 0.0, {"accuracy": 0.0}, 0.0, 0.0,
+                    {"accuracy": np.zeros(3, np.float32)})
+  with pytest.raises(ValueError, match="3 step values; the ring holds 2"):
     transport.commit((np.zeros(4, np.float32),), meta, timeout=1)
+  # Nor are metrics or step values the ring was not made for.
+  with pytest.raises(ValueError, match=r"metrics \['mae'\]; the ring holds "
+                     r"\['accuracy'\]"):
+    transport.commit((np.zeros(4, np.float32),),
+                     meta._replace(metrics={"mae": 0.0}), timeout=1)
+  with pytest.raises(ValueError, match="step values of \\['mae'\\]"):
+    transport.commit((np.zeros(4, np.float32),),
+                     meta._replace(step_metrics={"mae": ()}), timeout=1)
   assert list(transport.slot_owners()) == [-1]  # No slot left half-filled.

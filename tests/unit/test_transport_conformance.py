@@ -71,7 +71,8 @@ def _shm_kit(cleanup):
 
   def transport(num_params, payload_size, num_workers, capacity):
     return owned(SharedMemoryTransport.create(
-        ctx, num_params, payload_size, capacity, num_workers, step_capacity=4))
+        ctx, num_params, payload_size, capacity, num_workers, step_capacity=4,
+        metrics=("mae", "accuracy"), step_metric="accuracy"))
 
   def events():
     channel = ctx.Queue()
@@ -199,8 +200,8 @@ def kit(request):
 
 
 def _meta(worker, clock, start=1.0, steps=(0.125, 0.375)):
-  return CommitMeta(worker, clock, 0.5, 0.25, 2.0, start,
-                    np.array(steps, np.float32))
+  return CommitMeta(worker, clock, 0.5, {"accuracy": 0.25, "mae": 1.5}, 2.0,
+                    start, {"accuracy": np.array(steps, np.float32)})
 
 
 def _full(value, rows=1):
@@ -230,9 +231,10 @@ def test_commits_come_out_first_in_first_out_with_their_meta(kit):
   for i, meta in enumerate(metas):
     commit = transport.next_commit(timeout=10)
     assert commit.meta[:6] == meta[:6], (commit.meta, meta)
-    steps = np.asarray(commit.meta.step_accuracy)
+    assert list(commit.meta.step_metrics) == ["accuracy"]
+    steps = np.asarray(commit.meta.step_metrics["accuracy"])
     assert steps.dtype == np.float32 and steps.tolist() == list(
-        meta.step_accuracy)
+        meta.step_metrics["accuracy"])
     np.testing.assert_array_equal(np.asarray(commit.payload),
                                   np.stack(_full(10 * i, rows=2)))
     transport.release(commit)

@@ -146,9 +146,12 @@ class ProcessesBackend(backend_lib.ServerBackend):
     self.parent_pid = os.getpid()
     self.data = shm.SharedArrays.create(backend_lib.dataset_arrays(
         plan.dataset))
+    from agn_jax import tasks  # pylint: disable=g-import-not-at-top
+    task = tasks.get_task(config.task)
     self.transport = SharedMemoryTransport.create(
         self.mp, plan.layout.num_params, plan.payload_size, slots, n,
-        step_capacity=config.communication_window, wire=plan.wire)
+        step_capacity=config.communication_window, wire=plan.wire,
+        metrics=task.metric_names(), step_metric=task.efficiency_metric)
     self.switches = shm.Switches.create(channels.SWITCH_NAMES)
     # Only the server and the evaluator write here; each worker has a pipe.
     self.queue = self.mp.Queue()

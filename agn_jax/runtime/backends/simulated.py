@@ -217,9 +217,9 @@ class SimulatedBackend(backend_lib.Backend):
     return float(self.sim.simulated_time)
 
   def _evaluate(self, final: bool):
-    loss, accuracy = self.sim.evaluate(self.x_test, self.y_test)
-    self.book.handle(ev.Evaluated(time.time(), self.sim.clock, float(loss),
-                                  float(accuracy), final, self._sim_time()))
+    loss, metrics = self.sim.evaluate(self.x_test, self.y_test)
+    self.book.handle(ev.Evaluated(time.time(), self.sim.clock, loss, metrics,
+                                  final, self._sim_time()))
 
   def _save(self, final: bool):
     if not self.config.checkpoints:

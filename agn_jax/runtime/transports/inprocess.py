@@ -10,7 +10,8 @@ Example:
   >>> t = InProcessTransport(num_params=2, payload_size=1, num_workers=1,
   ...                        capacity=1)
   >>> t.publish(np.ones(2, np.float32), clock=0)
-  >>> t.commit((np.full(2, 0.5, np.float32),), CommitMeta(0, 0, 0.1, 0.9, 0.0),
+  >>> t.commit((np.full(2, 0.5, np.float32),),
+  ...          CommitMeta(0, 0, 0.1, {"accuracy": 0.9}, 0.0),
   ...          timeout=1)
   True
   >>> commit = t.next_commit(timeout=1)

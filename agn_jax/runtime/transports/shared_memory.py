@@ -35,10 +35,10 @@ _FREE, _FILLING, _QUEUED, _APPLYING = 0, 1, 2, 3
 # ticket's start and steps).
 _WORKER_WORDS = 8
 # Per slot: owner, phase, queue position, clock of the commit, number of
-# step accuracies, local steps of its window.
+# step values (-1: none), local steps of its window.
 _SLOT_WORDS = 6
-# Per slot: loss, accuracy, time, window start (NaN: unknown).
-_SLOT_FLOATS = 4
+# Per slot: loss, time, window start (NaN: unknown); then the task's metrics.
+_SLOT_FLOATS = 3
 
 
 def _uniform(wire: Wire) -> bool:
@@ -66,11 +66,12 @@ def _slot_views(segment, offset: int, wire: Wire):
   return views
 
 
-def _ring_header_bytes(num_slots, num_workers, step_capacity):
-  # The step accuracies are float32, as the kernel computes them: λ of them
+def _ring_header_bytes(num_slots, num_workers, step_capacity, num_metrics=0):
+  # The step values are float32, as the kernel computes them: λ of them
   # per slot (160 bytes at λ = 40) next to a payload of millions of floats.
+  floats = _SLOT_FLOATS + num_metrics
   return (shm.aligned((_WORKER_WORDS * num_workers + _SLOT_WORDS * num_slots +
-                       1) * 8) + shm.aligned(_SLOT_FLOATS * num_slots * 8) +
+                       1) * 8) + shm.aligned(floats * num_slots * 8) +
           shm.aligned(step_capacity * num_slots * 4))
 
 
@@ -120,13 +121,16 @@ class SharedMemoryTransport(Transport):
   """
 
   def __init__(self, num_params, payload_size, num_slots, num_workers,
-               center_name, ring_name, doorbell, step_capacity=0, wire=None):
+               center_name, ring_name, doorbell, step_capacity=0, wire=None,
+               metrics=(), step_metric=None):
     self.num_workers = int(num_workers)
     self.num_params = int(num_params)
     self.payload_size = int(payload_size)
     self.wire = wire_spec(num_params, payload_size, wire)
     self.num_slots = int(num_slots)
     self.step_capacity = int(step_capacity)
+    self.metrics = tuple(sorted(metrics))
+    self.step_metric = step_metric
     self._center_name = center_name
     self._ring_name = ring_name
     self._doorbell = doorbell
@@ -136,7 +140,8 @@ class SharedMemoryTransport(Transport):
   @classmethod
   def create(cls, ctx, num_params: int, payload_size: int, num_slots: int,
              num_workers: int = 1, step_capacity: int = 0,
-             wire: Optional[Sequence] = None) -> "SharedMemoryTransport":
+             wire: Optional[Sequence] = None, metrics: Sequence[str] = (),
+             step_metric: Optional[str] = None) -> "SharedMemoryTransport":
     """Creates the segments (in the launcher, before spawning).
 
     Args:
@@ -146,10 +151,14 @@ class SharedMemoryTransport(Transport):
       num_slots: ring capacity, >= 1.
       num_workers: how many workers may commit (one acknowledgement counter
         each).
-      step_capacity: the most step accuracies a commit carries (λ); 0 for
+      step_capacity: the most step values a commit carries (λ); 0 for
         none.
       wire: each payload array's `(length, dtype)` (`wire_spec`); None:
         `payload_size` float32 vectors of `num_params`.
+      metrics: the names of the task's metrics a commit carries
+        (`CommitMeta.metrics`; `agn_jax.tasks.Task.metric_names`).
+      step_metric: the name of the metric whose step values a commit
+        carries (`CommitMeta.step_metrics`), or None.
 
     Returns:
       The owning transport; pass it to child processes as a `Process` arg.
@@ -165,13 +174,15 @@ class SharedMemoryTransport(Transport):
         shm.aligned(_HEADER_WORDS * 8) + 2 * buffer_bytes)
     try:
       ring = shm.Segment.create(
-          _ring_header_bytes(num_slots, num_workers, step_capacity) +
+          _ring_header_bytes(num_slots, num_workers, step_capacity,
+                             len(tuple(metrics))) +
           num_slots * _slot_bytes(wire))
     except BaseException:
       center.unlink()
       raise
     t = cls(num_params, payload_size, num_slots, num_workers, center.name,
-            ring.name, ctx.Semaphore(0), step_capacity, wire)
+            ring.name, ctx.Semaphore(0), step_capacity, wire, metrics,
+            step_metric)
     t._center_seg, t._ring_seg = center, ring
     t._map()
     t._owner[:] = -1
@@ -218,11 +229,12 @@ class SharedMemoryTransport(Transport):
                              for i in range(_SLOT_WORDS))
     self._next_seq = words[-1:]
     base = shm.aligned((_WORKER_WORDS * n + _SLOT_WORDS * s + 1) * 8)
-    self._floats = self._ring_seg.array(np.float64, (_SLOT_FLOATS, s), base)
+    floats = _SLOT_FLOATS + len(self.metrics)
+    self._floats = self._ring_seg.array(np.float64, (floats, s), base)
     self._steps = self._ring_seg.array(
         np.float32, (s, self.step_capacity),
-        base + shm.aligned(_SLOT_FLOATS * s * 8))
-    base = _ring_header_bytes(s, n, self.step_capacity)
+        base + shm.aligned(floats * s * 8))
+    base = _ring_header_bytes(s, n, self.step_capacity, len(self.metrics))
     step = _slot_bytes(self.wire)
     self._slots = [_slot_views(self._ring_seg, base + i * step, self.wire)
                    for i in range(s)]
@@ -254,9 +266,17 @@ class SharedMemoryTransport(Transport):
     self.free_slot(commit.handle)
 
   def commit(self, payload, meta, timeout):
-    if len(meta.step_accuracy) > self.step_capacity:
-      raise ValueError(f"a commit carries {len(meta.step_accuracy)} step "
-                       f"accuracies; the ring holds {self.step_capacity}")
+    if tuple(sorted(meta.metrics)) != self.metrics:
+      raise ValueError(f"a commit carries the metrics {sorted(meta.metrics)};"
+                       f" the ring holds {list(self.metrics)}")
+    steps = dict(meta.step_metrics)
+    if set(steps) - {self.step_metric}:
+      raise ValueError(f"a commit carries step values of {sorted(steps)}; "
+                       f"the ring holds those of {self.step_metric!r}")
+    count = len(steps.get(self.step_metric, ()))
+    if count > self.step_capacity:
+      raise ValueError(f"a commit carries {count} step values; the ring "
+                       f"holds {self.step_capacity}")
     slot = self.acquire_slot(meta.worker, timeout)
     if slot is None:
       return False
@@ -279,10 +299,14 @@ class SharedMemoryTransport(Transport):
       if queued.size:
         i = int(queued[np.argmin(self._seq[queued])])
         self._phase[i] = _APPLYING
-        loss, accuracy, when, start = self._floats[:, i]
-        steps = self._steps[i, :int(self._steps_count[i])].copy()
+        loss, when, start = self._floats[:_SLOT_FLOATS, i]
+        metrics = dict(zip(self.metrics,
+                           self._floats[_SLOT_FLOATS:, i].tolist()))
+        count = int(self._steps_count[i])
+        steps = ({self.step_metric: self._steps[i, :count].copy()}
+                 if count >= 0 and self.step_metric is not None else {})
         meta = CommitMeta(int(self._owner[i]), int(self._clock[i]),
-                          float(loss), float(accuracy), float(when),
+                          float(loss), metrics, float(when),
                           None if np.isnan(start) else float(start), steps,
                           int(self._local_updates[i]))
         return Commit(meta, self._slots[i], i)
@@ -369,14 +393,18 @@ class SharedMemoryTransport(Transport):
   def queue_slot(self, slot: int, meta: CommitMeta) -> None:
     """Hands filled `slot` with its commit's `meta` to the server, behind every slot queued before it."""
     i = slot
-    steps = np.asarray(meta.step_accuracy, np.float32).reshape(-1)
+    values = dict(meta.step_metrics)
+    steps = np.asarray(values.get(self.step_metric, ()),
+                       np.float32).reshape(-1)
     self._clock[i] = meta.clock
     self._local_updates[i] = meta.local_updates
-    self._steps_count[i] = steps.size
+    # -1: the commit carries no step values (0: an empty list of them).
+    self._steps_count[i] = steps.size if self.step_metric in values else -1
     self._steps[i, :steps.size] = steps
-    self._floats[:, i] = (meta.loss, meta.accuracy, meta.time,
+    self._floats[:, i] = (meta.loss, meta.time,
                           np.nan if meta.window_start is None else
-                          meta.window_start)
+                          meta.window_start,
+                          *(meta.metrics[name] for name in self.metrics))
     with shm.flocked(self._ring_lock):
       self._seq[i] = self._next_seq[0]
       self._next_seq[0] += 1
