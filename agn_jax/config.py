@@ -635,19 +635,22 @@ def _check_speeds_fit(config: TrainConfig) -> None:
 
 
 def _check_workload_fit(config: TrainConfig) -> None:
-  """Raises `ValueError` for a workload of the user's on a clock that cannot time it.
+  """Raises `ValueError` for a workload on a clock that cannot time it.
 
-  `--cluster=this_host` measures this package's workloads on stand-in data
-  shaped like the run's (`agn_jax.runtime.backends.calibration`): integer
-  labels of classification; it cannot make up a user's task's targets.
+  `--cluster=this_host` measures this package's classifiers on stand-in
+  data shaped like the run's (`agn_jax.runtime.backends.calibration`):
+  integer labels of classification; it cannot make up the targets of a
+  user's task or of the language model's.
   """
   names = importlib.import_module("agn_jax.names")
-  own = [f"--{key}={getattr(config, key)}" for key in ("task", "model",
-                                                         "dataset")
-         if names.is_import_path(getattr(config, key))]
+  stands_in = {"task": ("classification",), "model": ("mlp", "cnn")}
+  own = [f"--{key}={value}" for key, value in (
+      (k, getattr(config, k)) for k in ("task", "model", "dataset"))
+         if names.is_import_path(value) or
+         value not in stands_in.get(key, (value,))]
   if own and getattr(config.options, "cluster", None) == "this_host":
     raise ValueError(
-        f"--cluster=this_host measures this package's workloads, not "
+        f"--cluster=this_host measures this package's classifiers, not "
         f"{', '.join(own)}: time it with a processes run and replay its "
         "window times with --speed_model=trace:RUN_DIR --cluster=paper, or "
         "use --cluster=none")
