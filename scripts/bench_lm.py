@@ -66,8 +66,10 @@ def _config(args, train_size, windows=1):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--window", type=int, default=10, help="λ, local steps per window")
-  p.add_argument("--batch_size", type=int, default=8, help="windows of 128 bytes per step")
+  p.add_argument("--window", type=int, default=10,
+                 help="λ, local steps per window")
+  p.add_argument("--batch_size", type=int, default=8,
+                 help="windows of 128 bytes per step")
   p.add_argument("--lr", type=float, default=1e-3)
   p.add_argument("--reps", type=int, default=5)
   p.add_argument("--windows_per_rep", type=int, default=1)

@@ -66,8 +66,10 @@ class PlainRunner:
     self.params = fresh(params)
     self.state = fresh(tx.init(self.params))
     lam = jax.tree.leaves(batches)[0].shape[0]
-    # Pre-split the [λ, B, ...] stack into λ device arrays, outside the timing.
-    self.steps = [jax.tree.map(lambda a, i=i: a[i], batches) for i in range(lam)]
+    # Pre-split the [λ, B, ...] stack into λ device arrays, outside the
+    # timing.
+    self.steps = [jax.tree.map(lambda a, i=i: a[i], batches)
+                  for i in range(lam)]
     jax.block_until_ready(self.steps)
 
   def __call__(self, windows):
