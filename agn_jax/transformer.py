@@ -1,15 +1,13 @@
-"""A small decoder-only transformer for next-byte prediction: model, loss, evaluation, the task's pieces.
+"""A small decoder-only transformer for next-byte prediction: the model, its loss and evaluation.
 
-`shakespeare_task()` returns everything a language-model run needs, in the
-shape of the classification task's parts (`models.py`): the dataset loader,
-a flax module factory, `loss(apply_fn) -> loss_fn(params, (x, y)) -> (loss,
-{"accuracy", "bits_per_byte"})` for the window kernel, and an evaluation of
-a whole split.
+The built-in model `transformer` (`agn_jax.models`) and task `next_token`
+(`agn_jax.tasks`) are these: `--dataset=shakespeare --model=transformer
+--task=next_token` trains on Shakespeare's works byte by byte.
 """
 
 import functools
 import math
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -17,14 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from agn_jax import tasks
 from agn_jax.data import shakespeare
-from agn_jax.data.dataset import Dataset
 
 Params = Any
 ApplyFn = Callable[[Params, jax.Array], jax.Array]
 Batch = Tuple[jax.Array, jax.Array]
 LossFn = Callable[[Params, Batch], Tuple[jax.Array, Dict[str, jax.Array]]]
-METRICS = ("loss", "accuracy", "bits_per_byte")
 _LN2 = math.log(2.0)
 
 
@@ -89,8 +86,10 @@ class Transformer(nn.Module):
 def create_transformer(seq_len: int = shakespeare.DEFAULT_SEQ_LEN,
                        d_model: int = 192, num_layers: int = 4,
                        num_heads: int = 4,
-                       mlp_dim: Optional[int] = None) -> Transformer:
-  """A byte-level `Transformer` for sequences of up to `seq_len` tokens.
+                       mlp_dim: Optional[int] = None,
+                       vocab_size: int = shakespeare.VOCAB_SIZE
+                       ) -> Transformer:
+  """A `Transformer` for sequences of up to `seq_len` tokens (bytes, by default).
 
   The defaults have 1,902,976 parameters.
 
@@ -100,6 +99,7 @@ def create_transformer(seq_len: int = shakespeare.DEFAULT_SEQ_LEN,
     num_layers: decoder blocks.
     num_heads: attention heads.
     mlp_dim: MLP width; `4 * d_model` by default.
+    vocab_size: number of tokens (256: bytes).
 
   Raises:
     ValueError: one line naming the argument, for a size below 1 or a
@@ -115,13 +115,13 @@ def create_transformer(seq_len: int = shakespeare.DEFAULT_SEQ_LEN,
   mlp_dim = 4 * d_model if mlp_dim is None else mlp_dim
   for name, value in (("seq_len", seq_len), ("d_model", d_model),
                       ("num_layers", num_layers), ("num_heads", num_heads),
-                      ("mlp_dim", mlp_dim)):
+                      ("mlp_dim", mlp_dim), ("vocab_size", vocab_size)):
     if isinstance(value, bool) or int(value) != value or value < 1:
       raise ValueError(f"{name} must be a positive integer, got {value!r}")
   if d_model % num_heads:
     raise ValueError(f"d_model {d_model} is not a multiple of num_heads "
                      f"{num_heads}")
-  return Transformer(shakespeare.VOCAB_SIZE, int(seq_len), int(d_model),
+  return Transformer(int(vocab_size), int(seq_len), int(d_model),
                      int(num_layers), int(num_heads), int(mlp_dim))
 
 
@@ -177,167 +177,43 @@ def next_token_loss(apply_fn: ApplyFn) -> LossFn:
   return loss_fn
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _evaluate_batches(apply_fn, params, xs, ys, mask):
-  """Sums of per-token loss and correct predictions over `[batches, B, T]`."""
-
-  def one_batch(carry, batch):
-    x, y, m = batch
-    logits = apply_fn(params, x)
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
-    correct = (jnp.argmax(logits, axis=-1) == y).astype(jnp.float32)
-    return (carry[0] + jnp.sum(losses * m[:, None]),
-            carry[1] + jnp.sum(correct * m[:, None])), None
-
-  zero = jnp.zeros([], jnp.float32)
-  (loss_sum, correct_sum), _ = jax.lax.scan(one_batch, (zero, zero),
-                                            (xs, ys, mask))
-  return loss_sum, correct_sum
-
-
 def evaluate(apply_fn: ApplyFn, params: Params, x: np.ndarray, y: np.ndarray,
-             batch_size: int = 64) -> Dict[str, float]:
-  """Loss, next-token accuracy and bits per byte over a whole split.
+             batch_size: int = 64) -> Tuple[float, Dict[str, float]]:
+  """Loss, next-token accuracy and bits per byte over a whole split: the `next_token` task's evaluation.
 
-  Every position of every example counts once; each example is read on its
-  own, so position t of an example predicts from its t + 1 tokens only. The
-  split is padded to whole batches and the padding masked out, so every call
-  with the same shapes reuses one compiled program (for a stable,
-  hashable `apply_fn` such as `model.apply`).
+  `next_token_loss` averaged over the split's examples
+  (`agn_jax.tasks.mean_over_batches`): every example has the same number
+  of positions, so this is the mean over every position of every example.
+  Each example is read on its own, so position t predicts from its t + 1
+  tokens only. The batches are smaller than a classifier's: each holds a
+  `[batch, T, vocab]` array of logits.
 
   Args:
-    apply_fn: `apply_fn(params, x) -> logits [B, T, V]`.
+    apply_fn: `apply_fn(params, x) -> logits [B, T, V]`, stable and
+      hashable (e.g. `model.apply`), so each call reuses one compiled
+      program.
     params: the model's variables.
     x: `[N, T]` input tokens.
     y: `[N, T]` target tokens.
     batch_size: examples per batch (caps memory).
 
   Returns:
-    `{"loss": nats per token, "accuracy": ..., "bits_per_byte": ...}` as
-    Python floats.
+    `(loss, {"accuracy", "bits_per_byte"})` as Python floats, the loss in
+    nats per token.
 
   Example:
     >>> model = create_transformer(seq_len=4, d_model=8, num_layers=1,
     ...                            num_heads=2)
     >>> x = np.array([[72, 97, 109, 108]] * 3)
-    >>> metrics = evaluate(model.apply, init_params(model, jax.random.key(0)),
-    ...                    x, np.roll(x, -1, axis=1))
-    >>> sorted(metrics)
-    ['accuracy', 'bits_per_byte', 'loss']
+    >>> loss, metrics = evaluate(model.apply,
+    ...                          init_params(model, jax.random.key(0)), x,
+    ...                          np.roll(x, -1, axis=1))
+    >>> sorted(metrics), round(metrics["bits_per_byte"] * _LN2 / loss, 6)
+    (['accuracy', 'bits_per_byte'], 1.0)
   """
   x, y = np.asarray(x), np.asarray(y)
-  n = len(x)
-  if n == 0 or x.shape != y.shape or x.ndim != 2:
-    raise ValueError(f"evaluate needs non-empty x and y of one shape [N, T], "
-                     f"got {x.shape} and {y.shape}")
-  if batch_size < 1:
-    raise ValueError(f"batch_size must be positive, got {batch_size}")
-  batch_size = min(int(batch_size), n)
-  num_batches = -(-n // batch_size)
-  pad = num_batches * batch_size - n
-
-  def batched(a):
-    a = np.concatenate([a.astype(np.int32), np.zeros((pad,) + a.shape[1:],
-                                                     np.int32)])
-    return a.reshape((num_batches, batch_size) + a.shape[1:])
-
-  mask = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
-  loss_sum, correct_sum = _evaluate_batches(
-      apply_fn, params, batched(x), batched(y),
-      mask.reshape(num_batches, batch_size))
-  tokens = x.size
-  loss = float(loss_sum) / tokens
-  return {"loss": loss, "accuracy": float(correct_sum) / tokens,
-          "bits_per_byte": loss / _LN2}
-
-
-class LanguageModelTask(NamedTuple):
-  """The pieces of a next-byte language-model run.
-
-  Attributes:
-    name: the dataset's name.
-    load_dataset: `load_dataset(data_dir=None, *, size=None, seed=0,
-      **kwargs) -> Dataset` of int32 `[N, seq_len]` windows; `seed` is
-      unused (the split is fixed), `kwargs` go to
-      `shakespeare.load_shakespeare` (`indexes`, `download`, `timeout`).
-    create_model: `create_model() -> Transformer`.
-    init_params: `init_params(model, rng) -> variables`.
-    loss: `loss(model.apply) -> loss_fn(params, (x, y)) -> (loss, {"accuracy",
-      "bits_per_byte"})`, the window kernel's loss.
-    evaluate: `evaluate(model.apply, params, x, y) -> {"loss", "accuracy",
-      "bits_per_byte"}` over a whole split.
-    baseline: `baseline(dataset) -> float`, the held-out bits per byte of the
-      unigram byte model counted on the training split.
-    metrics: the names `evaluate` returns.
-  """
-  name: str
-  load_dataset: Callable[..., Dataset]
-  create_model: Callable[[], Transformer]
-  init_params: Callable[[Transformer, jax.Array], Params]
-  loss: Callable[[ApplyFn], LossFn]
-  evaluate: Callable[..., Dict[str, float]]
-  baseline: Callable[[Dataset], float]
-  metrics: Tuple[str, ...] = METRICS
-
-
-def unigram_baseline(dataset: Dataset) -> float:
-  """Held-out bits per byte of the unigram byte model of `dataset`'s training targets.
-
-  Counted over exactly the targets `evaluate` scores (`y_test`), so the two
-  numbers compare.
-
-  Example:
-    >>> x, y = shakespeare.windows(shakespeare.encode("abab" * 4), 4)
-    >>> ds = Dataset(x, y, x, y, 256, (4,), "toy")
-    >>> round(unigram_baseline(ds), 3)  # -log2(7 / 268): add-one counts.
-    5.259
-  """
-  return shakespeare.unigram_bits_per_byte(dataset.y_train, dataset.y_test)
-
-
-def shakespeare_task(seq_len: int = shakespeare.DEFAULT_SEQ_LEN,
-                     d_model: int = 192, num_layers: int = 4,
-                     num_heads: int = 4,
-                     mlp_dim: Optional[int] = None) -> LanguageModelTask:
-  """Next-byte prediction on Shakespeare's works with a small transformer.
-
-  Args:
-    seq_len: bytes per example, and the model's positions.
-    d_model: the transformer's width.
-    num_layers: decoder blocks.
-    num_heads: attention heads.
-    mlp_dim: MLP width; `4 * d_model` by default.
-
-  Returns:
-    The `LanguageModelTask`.
-
-  Raises:
-    ValueError: one line naming a bad model argument.
-
-  Example:
-    >>> task = shakespeare_task(seq_len=16, d_model=32, num_layers=1,
-    ...                         num_heads=2)
-    >>> model = task.create_model()
-    >>> params = task.init_params(model, jax.random.key(0))
-    >>> x = shakespeare.encode("To be, or not to be, that is th")
-    >>> loss, aux = task.loss(model.apply)(params, (x[None, :16],
-    ...                                            x[None, 1:17]))
-    >>> task.metrics
-    ('loss', 'accuracy', 'bits_per_byte')
-  """
-  create_transformer(seq_len, d_model, num_layers, num_heads, mlp_dim)
-
-  def load_dataset(data_dir=None, *, size=None, seed=0, **kwargs):
-    del seed  # The held-out works are fixed.
-    return shakespeare.load_shakespeare(data_dir, seq_len=seq_len, size=size,
-                                        **kwargs)
-
-  return LanguageModelTask(
-      name=shakespeare.NAME,
-      load_dataset=load_dataset,
-      create_model=functools.partial(create_transformer, seq_len, d_model,
-                                     num_layers, num_heads, mlp_dim),
-      init_params=init_params,
-      loss=next_token_loss,
-      evaluate=evaluate,
-      baseline=unigram_baseline)
+  if x.shape != y.shape or x.ndim != 2:
+    raise ValueError(f"evaluate needs x and y of one shape [N, T], got "
+                     f"{x.shape} and {y.shape}")
+  return tasks.mean_over_batches(tasks.loss_of(next_token_loss, apply_fn),
+                                 params, x, y, batch_size)

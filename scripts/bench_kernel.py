@@ -42,9 +42,7 @@ so that `agn` vs `plain` can be split into scan cost and AGN cost
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,8 +52,8 @@ import numpy as np
 import optax
 
 from agn_jax import transform
-from agn_jax.kernel import window_kernel
-from bench_transport import machine  # pylint: disable=g-import-not-at-top
+import benchlib  # pylint: disable=g-import-not-at-top
+from benchlib import KernelRunner  # pylint: disable=g-import-not-at-top
 
 PAPER_PARAMS = 4_798_010
 
@@ -168,86 +166,17 @@ def _agn_per_step(inner, window):
                                                               params))
 
 
-def _fresh(tree):
-  """A copy with buffers of its own (donation must not see shared buffers)."""
-  return jax.tree.map(lambda x: jnp.array(x, copy=True), tree)
-
-
-class _KernelRunner:
-  """Runs `windows` windows through a window kernel per timed call."""
-
-  def __init__(self, loss_fn, tx, params, batches, donate=True):
-    self.kernel = window_kernel(loss_fn, tx, donate=donate)
-    self.params = _fresh(params)
-    self.state = _fresh(tx.init(self.params))
-    self.batches = batches
-
-  def __call__(self, windows):
-    for _ in range(windows):
-      r = self.kernel(self.params, self.state, self.batches)
-      self.params, self.state = r.params, r.opt_state
-    jax.block_until_ready((self.params, self.state, r.metrics))
-
-
-class _PlainRunner:
-  """A per-step jitted optax loop, λ dispatches per window."""
-
-  def __init__(self, loss_fn, tx, params, batches):
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-    def step(params, opt_state, batch):
-      (loss, aux), grads = grad_fn(params, batch)
-      updates, opt_state = tx.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
-      return params, opt_state, {"loss": loss, **aux}
-
-    self.step = jax.jit(step, donate_argnums=(0, 1))
-    self.params = _fresh(params)
-    self.state = _fresh(tx.init(self.params))
-    lam = jax.tree.leaves(batches)[0].shape[0]
-    # Pre-split the [λ, B, ...] stack into λ device arrays, outside the timing.
-    self.steps = [jax.tree.map(lambda a, i=i: a[i], batches) for i in range(lam)]
-    jax.block_until_ready(self.steps)
-
-  def __call__(self, windows):
-    m = None
-    for _ in range(windows):
-      for batch in self.steps:
-        self.params, self.state, m = self.step(self.params, self.state, batch)
-    jax.block_until_ready((self.params, self.state, m))
-
-
-def _bench(runners, windows_per_rep, reps, warmup, samples_per_window):
-  """Interleaved timing; returns {name: median samples/s} and the raw times."""
-  for run in runners.values():  # Compile and warm up.
-    run(warmup)
-  times = {name: [] for name in runners}
-  for _ in range(reps):
-    for name, run in runners.items():
-      t0 = time.perf_counter()
-      run(windows_per_rep)
-      times[name].append(time.perf_counter() - t0)
-  samples = windows_per_rep * samples_per_window
-  rates = {name: samples / statistics.median(t) for name, t in times.items()}
-  best = {name: samples / min(t) for name, t in times.items()}
-  return rates, best, times
-
-
 def _runners(loss_fn, params, batches, args):
   """The two compared variants, plus the diagnostic ones with --diagnose."""
   lam, adam = args.window, lambda: optax.adam(args.lr)
-  runners = {
-      "agn": _KernelRunner(loss_fn, transform.agn(adam(), lam), params,
-                           batches),
-      "plain": _PlainRunner(loss_fn, adam(), params, batches),
-  }
+  runners = benchlib.kernel_and_plain(loss_fn, params, batches, lam, args.lr)
   if args.diagnose:
-    runners["scan_plain"] = _KernelRunner(loss_fn, adam(), params, batches)
-    runners["agn_select"] = _KernelRunner(loss_fn, _agn_select(adam(), lam),
-                                          params, batches)
-    runners["agn_cond"] = _KernelRunner(loss_fn, _agn_cond(adam(), lam),
-                                        params, batches)
-    runners["agn_per_step"] = _KernelRunner(
+    runners["scan_plain"] = KernelRunner(loss_fn, adam(), params, batches)
+    runners["agn_select"] = KernelRunner(loss_fn, _agn_select(adam(), lam),
+                                         params, batches)
+    runners["agn_cond"] = KernelRunner(loss_fn, _agn_cond(adam(), lam),
+                                       params, batches)
+    runners["agn_per_step"] = KernelRunner(
         loss_fn, _agn_per_step(adam(), lam), params, batches)
   return runners
 
@@ -258,17 +187,6 @@ def _setup(hidden, input_dim, batch, lam, seed):
   xs = jax.device_put(rng.standard_normal((lam, batch, input_dim), np.float32))
   ys = jax.device_put(rng.integers(0, 10, (lam, batch)).astype(np.int32))
   return loss_fn, params, (xs, ys), source
-
-
-def _machine():
-  dev = jax.devices()[0]
-  return dict(
-      machine(),
-      jax_version=jax.__version__,
-      optax_version=optax.__version__,
-      jax_backend=jax.default_backend(),
-      device_kind=dev.device_kind,
-      device_count=jax.device_count())
 
 
 def _record(out, prefix, runners, rates, best):
@@ -316,8 +234,9 @@ def main(argv=None):
     n = sum(x.size for x in jax.tree.leaves(params))
     assert n == PAPER_PARAMS, n
     runners = _runners(loss_fn, params, batches, args)
-    rates, best, times = _bench(runners, args.windows_per_rep, args.reps,
-                                args.warmup, lam * args.batch_size)
+    rates, best, times = benchlib.interleaved(
+        runners, args.windows_per_rep, args.reps, args.warmup,
+        lam * args.batch_size)
     out["params"] = n
     out["model_source"] = source
     _record(out, "", runners, rates, best)
@@ -329,16 +248,16 @@ def main(argv=None):
     loss_fn, params, batches, _ = _setup((32,), 64, args.small_batch_size, lam,
                                          args.seed)
     runners = _runners(loss_fn, params, batches, args)
-    rates, best, times = _bench(runners, args.small_windows_per_rep,
-                                args.small_reps, args.warmup,
-                                lam * args.small_batch_size)
+    rates, best, times = benchlib.interleaved(
+        runners, args.small_windows_per_rep, args.small_reps, args.warmup,
+        lam * args.small_batch_size)
     out["small_params"] = sum(x.size for x in jax.tree.leaves(params))
     _record(out, "small_", runners, rates, best)
     if args.raw:
       out["small_times_s"] = times
 
   out["targets"] = {"ratio": 0.97, "small_ratio": 1.5}
-  out["machine"] = _machine()
+  out["machine"] = benchlib.jax_machine()
   out["flags"] = vars(args)
   print(json.dumps(out, indent=2, sort_keys=False))
 

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchlib  # pylint: disable=g-import-not-at-top
 from bench_transport import machine  # pylint: disable=g-import-not-at-top
 
 HIDDEN = (1000, 2000, 1000)
@@ -77,7 +78,7 @@ def run_runtime(n, windows, dataset, cache_dir, backend="processes"):
   """Trains with `n` workers for exactly `windows` windows each."""
   from agn_jax.runtime import train
   workdir = tempfile.mkdtemp(prefix=f"agn_bench_{backend}_n{n}_")
-  epochs = (windows * WINDOW * BATCH + 0.5) * n / len(dataset.x_train)
+  epochs = benchlib.epochs_for(windows, n, WINDOW, BATCH, len(dataset.x_train))
   t = time.time()
   # The ray backend starts (and stops) a private local Ray instance.
   summary = train(_config(n, workdir, epochs, backend, cache_dir),

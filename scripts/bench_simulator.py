@@ -42,7 +42,6 @@ A quick check of the script itself:
 """
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -54,6 +53,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchlib  # pylint: disable=g-import-not-at-top
 from bench_transport import machine  # pylint: disable=g-import-not-at-top
 
 DIM = 784
@@ -63,18 +63,10 @@ def _peak_rss_mb():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _rss_mb():
-  try:
-    import psutil  # pylint: disable=g-import-not-at-top
-    return psutil.Process().memory_info().rss / 2**20
-  except ImportError:
-    return None
-
-
 def _config(args, windows, train_size, workers_per_call=None):
   from agn_jax.config import SimulatedOptions, TrainConfig  # pylint: disable=g-import-not-at-top
-  # Just over `windows` windows per worker, as bench_runtime computes it.
-  epochs = (windows * args.window * args.batch + 0.5) * args.workers / train_size
+  epochs = benchlib.epochs_for(windows, args.workers, args.window, args.batch,
+                               train_size)
   return TrainConfig(strategy="agn", num_workers=args.workers,
                      communication_window=args.window, dataset="synthetic",
                      model="mlp", hidden_sizes=tuple(args.hidden),
@@ -88,91 +80,16 @@ def _config(args, windows, train_size, workers_per_call=None):
 
 def run_simulator(args, dataset, rounds, workers_per_call=None):
   """Steady-state and end-to-end samples/s of `rounds` simulated rounds."""
-  from agn_jax.sim.simulation import Simulation  # pylint: disable=g-import-not-at-top
-  config = _config(args, rounds, len(dataset.x_train), workers_per_call)
-  t0 = time.perf_counter()
-  sim = Simulation.from_config(config, dataset)
-  built = time.perf_counter()
-  sim.run_round()
-  first = time.perf_counter()
-  first_windows = sim.windows_run
-  measured = 0
-  while not sim.done:
-    sim.run_round()
-    measured += 1
-  end = time.perf_counter()
-  samples_window = args.window * args.batch
-  steady_windows = sim.windows_run - first_windows
-  result = {
-      "workers_per_call": sim.workers_per_call,
-      "info": sim.info,
-      "rounds": 1 + measured,
-      "windows": sim.windows_run,
-      "windows_per_round": round(sim.windows_run / (1 + measured), 2),
-      "samples_per_second": (round(steady_windows * samples_window /
-                                   (end - first), 1)
-                             if measured else None),
-      "measured_seconds": round(end - first, 2),
-      "end_to_end_samples_per_second": round(
-          sim.windows_run * samples_window / (end - t0), 1),
-      "end_to_end_seconds": round(end - t0, 2),
-      "build_seconds": round(built - t0, 2),
-      "first_round_seconds": round(first - built, 2),
-      "clock": sim.clock,
-      "rss_mb": _rss_mb(),
-  }
-  del sim
-  gc.collect()
-  return result
-
-
-def _model(args, dataset):
-  import jax  # pylint: disable=g-import-not-at-top
-  from agn_jax import build  # pylint: disable=g-import-not-at-top
-  config = _config(args, 1, len(dataset.x_train))
-  strategy = build.build_strategy(config)
-  model, loss_fn = build.build_model(config, dataset.num_classes,
-                                     dataset.input_shape)
-  params = jax.tree.map(jax.numpy.asarray,
-                        build.initial_center(config, model, DIM))
-  return strategy, loss_fn, params
-
-
-def run_window_kernel(args, dataset, seconds):
-  """One model's window kernel at batch `--batch`, host-sampled batches."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from agn_jax import kernel  # pylint: disable=g-import-not-at-top
-  from agn_jax.shares import BatchSampler  # pylint: disable=g-import-not-at-top
-  strategy, loss_fn, params = _model(args, dataset)
-  opt_state = strategy.worker_transform.init(params)
-  fn = kernel.window_kernel(loss_fn, strategy.worker_transform)
-  sampler = BatchSampler(len(dataset.x_train), np.random.default_rng(0))
-  lam, batch = args.window, args.batch
-
-  def batches():
-    idx = sampler.take(lam * batch)
-    return (dataset.x_train[idx].reshape(lam, batch, -1),
-            dataset.y_train[idx].reshape(lam, batch))
-
-  result = fn(params, opt_state, batches())  # Compiles.
-  jax.block_until_ready(result.params)
-  params, opt_state = result.params, result.opt_state
-  windows, t = 0, time.perf_counter()
-  while windows == 0 or time.perf_counter() - t < seconds:
-    result = fn(params, opt_state, batches())
-    params, opt_state = result.params, result.opt_state
-    jax.block_until_ready(params)
-    windows += 1
-  elapsed = time.perf_counter() - t
-  return {"samples_per_second": round(windows * lam * batch / elapsed, 1),
-          "windows": windows, "measured_seconds": round(elapsed, 2)}
+  return benchlib.run_simulator(
+      _config(args, rounds, len(dataset.x_train), workers_per_call), dataset)
 
 
 def run_big_batch_step(args, dataset, seconds):
   """One jitted Adam step of one model on an n × batch batch."""
   import jax  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
-  _, loss_fn, params = _model(args, dataset)
+  _, loss_fn, params = benchlib.model_of(
+      _config(args, 1, len(dataset.x_train)), dataset)
   tx = optax.adam(1e-3)
   opt_state = tx.init(params)
   size = args.workers * args.batch
@@ -214,10 +131,6 @@ def run_processes(args, dataset, windows, cache_dir):
   result["end_to_end_samples_per_second"] = round(
       samples / result["wall_seconds"], 1)
   return result
-
-
-def _ratio(a, b):
-  return round(a / b, 3) if a and b else None
 
 
 def main():
@@ -285,18 +198,17 @@ def main():
       parser.error(f"--epochs {args.epochs} hold less than one window per "
                    f"worker")
 
-  kernel_runs = [run_window_kernel(args, dataset, args.seconds / 2)]
-  big_batch = run_big_batch_step(args, dataset, args.seconds / 2)
-  rss_before = _peak_rss_mb()
-  simulator = run_simulator(args, dataset, args.rounds, args.workers_per_call)
-  simulator["peak_rss_mb"] = round(_peak_rss_mb(), 1)
-  simulator["peak_rss_mb_before"] = round(rss_before, 1)
-  kernel_runs.append(run_window_kernel(args, dataset, args.seconds / 2))
-  window_kernel = {
-      "samples_per_second": round(float(np.mean(
-          [r["samples_per_second"] for r in kernel_runs])), 1),
-      "runs": kernel_runs,
-  }
+  def measure():
+    big_batch = run_big_batch_step(args, dataset, args.seconds / 2)
+    rss_before = _peak_rss_mb()
+    simulator = run_simulator(args, dataset, args.rounds,
+                              args.workers_per_call)
+    simulator["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    simulator["peak_rss_mb_before"] = round(rss_before, 1)
+    return big_batch, simulator
+
+  (big_batch, simulator), window_kernel = benchlib.floor_around(
+      _config(args, 1, len(dataset.x_train)), dataset, args.seconds, measure)
   k_comparison = [
       run_simulator(args, dataset, args.compare_rounds, int(k))
       for k in args.compare_k.split(",") if k
@@ -326,13 +238,13 @@ def main():
       "processes": processes,
       "k_comparison": k_comparison,
       "ratios": {
-          "vs_window_kernel": _ratio(sim_rate,
+          "vs_window_kernel": benchlib.ratio(sim_rate,
                                      window_kernel["samples_per_second"]),
-          "vs_big_batch_step": _ratio(sim_rate,
+          "vs_big_batch_step": benchlib.ratio(sim_rate,
                                       big_batch["samples_per_second"]),
-          "vs_processes_steady": _ratio(
+          "vs_processes_steady": benchlib.ratio(
               sim_rate, processes and processes["samples_per_second"]),
-          "vs_processes_end_to_end": _ratio(
+          "vs_processes_end_to_end": benchlib.ratio(
               simulator["end_to_end_samples_per_second"],
               processes and processes["end_to_end_samples_per_second"]),
       },

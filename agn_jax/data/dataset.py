@@ -13,11 +13,12 @@ class Dataset(NamedTuple):
   """A dataset held in memory: what every loader returns.
 
   This package's datasets are classification sets of flat float32
-  features (`make_dataset`). A user's loader (`agn_jax.data.load` of
-  `"package.module:function"`) may hold any arrays its task's loss reads:
-  inputs of any per-example shape and dtype (integer token ids, say) and
-  targets of any (floats, sequences); the workers index their first axis
-  only.
+  features (`make_dataset`), but for `shakespeare`: int32 byte windows
+  `[N, T]`, its targets the same windows one byte later. A user's loader
+  (`agn_jax.data.load` of `"package.module:function"`) may hold any arrays
+  its task's loss reads: inputs of any per-example shape and dtype (integer
+  token ids, say) and targets of any (floats, sequences); the workers index
+  their first axis only.
 
   Attributes:
     x_train: `[N, ...]` training inputs; this package's are float32

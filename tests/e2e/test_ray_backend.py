@@ -1,9 +1,11 @@
 """The ray backend end to end, on a real local Ray instance: real actors, real signals.
 
 Digits with n = 3 reaches 0.90 while one worker actor raises and another's
-process is SIGKILLed, both restarted; commits applied equal commits acknowledged; Ctrl-C ends a CLI
-run with its own Ray instance, leaving nothing running, and --resume
-continues it on Ray; a bad --ray_address is one line. One Ray instance
+process is SIGKILLed, both restarted; commits applied equal commits
+acknowledged; the built-in language-model task's metrics reach the books;
+Ctrl-C ends a CLI run with its own Ray instance, leaving nothing running,
+and --resume continues it on Ray; a bad --ray_address is one line. One Ray
+instance
 serves the in-process runs of the module (`train()` keeps a connection it
 finds); the CLI runs start and stop their own.
 """
@@ -31,6 +33,7 @@ from agn_jax.wire import CommitMeta
 from agn_jax.runtime.transports.ray import RayTransport
 from helpers import (assert_one_line_error, metrics_rows, run_cli, tiny_config,
                      train_with_two_failures)
+from test_workloads_e2e import check_language_model_run, language_model_config
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -144,6 +147,16 @@ def test_commits_applied_equal_commits_acknowledged(killed_run):
 def test_a_run_leaves_no_actor_running(killed_run):
   _, workdir, _ = killed_run
   assert not _wait_gone(_actor_pids(workdir))
+
+
+def test_the_language_model_task_on_ray(ray_instance, tmp_path):
+  # The built-in task's metrics through the actors to the books, as on the
+  # processes (tests/e2e/test_workloads_e2e.py); each actor loads the corpus.
+  del ray_instance
+  summary = train(language_model_config(tmp_path, "ray"))
+  assert summary["backend"] == "ray"
+  check_language_model_run(summary, tmp_path / "run")
+  assert not _wait_gone(_actor_pids(tmp_path / "run"))
 
 
 def _interrupt(workdir, signum, address=None):

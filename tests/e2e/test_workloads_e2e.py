@@ -1,15 +1,20 @@
-"""The workload of tests/regression_workload.py on real processes (the command line) and a real local Ray, each run against numpy's replay.
+"""The workload of tests/regression_workload.py on real processes (the command line) and a real local Ray, each run against numpy's replay; the built-in language-model task on processes.
 
 The simulated and threads runs, the names, the evaluation and E are
-tests/unit/test_workloads.py.
+tests/unit/test_workloads.py; the language model on Ray is
+tests/e2e/test_ray_backend.py's (its Ray instance).
 """
 
 import json
+import math
 
+import numpy as np
 import pytest
 
+from agn_jax import TrainConfig
 from agn_jax.runtime import train
-from helpers import assert_nothing_left, run_cli
+from helpers import (assert_nothing_left, metrics_rows, run_cli,
+                     shakespeare_data_dir)
 from test_workloads import (DATASET, EXAMPLES, LR, MODEL, TASK, WINDOW,
                             WINDOWS, check_run, workload_config)
 
@@ -43,3 +48,48 @@ def test_ray(tmp_path):
   summary = train(config)
   assert summary["num_commits"] == summary["expected_commits"] == 2 * WINDOWS
   check_run(config, tmp_path / "run")
+
+
+def language_model_config(tmp_path, backend):
+  """The built-in task `next_token` on the built-in dataset and model, shrunk (tests/small_language_model.py): one worker, two windows of λ = 2 steps of 4 windows of 128 bytes.
+
+  Skips the test where the corpus cannot be had (`shakespeare_data_dir`).
+  """
+  return TrainConfig(
+      task="next_token", model="tests.small_language_model:transformer",
+      dataset="tests.small_language_model:load",
+      data_dir=shakespeare_data_dir(tmp_path / "corpus"), dataset_size=8,
+      num_workers=1, communication_window=2, batch_size=4, epochs=2.0,
+      eval_every_seconds=0.0, checkpoints=False,
+      workdir=str(tmp_path / "run"), backend=backend)
+
+
+def check_language_model_run(summary, workdir):
+  """The task's metrics in every row and the summary, each against its hand formula."""
+  assert summary["completed"] and summary["task"] == "next_token"
+  assert summary["num_commits"] == summary["expected_commits"] == 2
+  assert summary["metrics"] == {"accuracy": "max", "bits_per_byte": "min"}
+  assert summary["efficiency_metric"] == "bits_per_byte"
+  commits = metrics_rows(workdir, ("commit",))
+  final, = metrics_rows(workdir, ("eval",))[-1:]
+  assert len(commits) == 2 and final["final"]
+  for row in commits + [final]:
+    # Bits per byte: the loss (nats per byte) in bits.
+    assert row["bits_per_byte"] == pytest.approx(row["loss"] / math.log(2),
+                                                 rel=1e-5)
+    assert 0.0 <= row["accuracy"] <= 1.0
+  for row in commits:  # The window's mean over its λ local steps.
+    assert len(row["step_bits_per_byte"]) == 2
+    assert row["bits_per_byte"] == pytest.approx(
+        np.mean(row["step_bits_per_byte"]), rel=1e-5)
+  for name in ("loss", "accuracy", "bits_per_byte"):
+    assert summary[f"final_test_{name}"] == final[name]
+  # A few steps from initialization: about the uniform byte model's 8 bits.
+  assert 7.0 < final["bits_per_byte"] < 9.0
+
+
+def test_the_language_model_on_processes(tmp_path):
+  config = language_model_config(tmp_path, "processes")
+  summary = train(config)
+  check_language_model_run(summary, tmp_path / "run")
+  assert_nothing_left(tmp_path / "run")

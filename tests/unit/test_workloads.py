@@ -181,13 +181,18 @@ def test_the_workload_is_named_by_import_paths_not_registered():
     (dict(task="json:loads"), "task 'json:loads': its function raised "
      "TypeError: loads() missing 1 required positional argument"),
     (dict(dataset="cifar"), "unknown dataset 'cifar'; available: digits, "
-     "mnist, mnist1d, mnist5k, synthetic, or package.module:function"),
+     "mnist, mnist1d, mnist5k, shakespeare, synthetic, or "
+     "package.module:function"),
     (dict(model="tests.regression_workload:VOCAB"),
      "unknown model 'tests.regression_workload:VOCAB'"),
     (dict(task=TASK, model=MODEL, dataset=DATASET, backend="simulated",
           options=SimulatedOptions(cluster="this_host")),
-     "--cluster=this_host measures this package's workloads, not "
+     "--cluster=this_host measures this package's classifiers, not "
      f"--task={TASK}, --model={MODEL}, --dataset={DATASET}"),
+    (dict(task="next_token", model="transformer", dataset="shakespeare",
+          backend="simulated", options=SimulatedOptions(cluster="this_host")),
+     "--cluster=this_host measures this package's classifiers, not "
+     "--task=next_token, --model=transformer: "),
 ])
 def test_a_bad_name_is_one_line_before_anything_starts(settings, message):
   with pytest.raises(ValueError) as e:
