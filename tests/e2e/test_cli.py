@@ -12,6 +12,7 @@ from absl import flags
 import numpy as np
 import pytest
 
+from agn_jax import instruments
 from agn_jax.config import TrainConfig
 from experiments import flags as flags_lib
 from helpers import (REPO, assert_one_line_error, run_cli, snapshot,
@@ -71,6 +72,11 @@ def test_train_end_to_end(tmp_path, monkeypatch, capsys):
   evals = [e for e in events if e["event"] == "eval"]
   assert commits and evals
   assert {e["worker"] for e in commits} == {0, 1}
+  # Without --diagnostics the server measures nothing: no instrument in
+  # any row, no implicit momentum in the summary.
+  assert not any(set(instruments.SCALARS) & set(e) for e in commits)
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert "implicit_momentum" not in summary and summary["completed"]
   table = result.stdout
   for field in ("final test accuracy", "final test loss", "wall time (s)",
                 "commits", "mean staleness", "samples/s"):
@@ -151,9 +157,10 @@ def test_aeasgd_trains_with_its_paper_defaults(tmp_path):
   # No optimizer flags: AEASGD as the thesis ran it (PAPER.md): Adam 1e-3
   # locally, ρ = 5, elastic η = 0.01, so α = 0.05; config.json,
   # summary.json and the printed summary say so.
-  # One worker and no plots: what is recorded does not depend on them.
+  # One worker, no plots and the simulator, the cheapest run: what is
+  # recorded does not depend on them.
   workdir = tmp_path / "run"
-  result = train("--strategy=aeasgd", "--num_workers=1",
+  result = train("--strategy=aeasgd", "--num_workers=1", "--backend=simulated",
                  "--communication_window=4", "--epochs=2",
                  "--hidden_sizes=16", "--eval_every_seconds=0", "--noplots",
                  f"--workdir={workdir}")

@@ -97,6 +97,10 @@ def test_real_processes_write_the_instruments(tmp_path):
   assert summary["instrumented_commits"] == len(rows)
 
 
+# soak: tests/e2e/test_cli.py's test_train_end_to_end covers a processes run
+# without --diagnostics writing no instrument and no implicit momentum, in
+# the suite.
+@pytest.mark.soak
 def test_without_diagnostics_a_processes_run_writes_none(tmp_path):
   config = tiny_config(tmp_path, num_workers=2, communication_window=4,
                        hidden_sizes=(16,), batch_size=16,

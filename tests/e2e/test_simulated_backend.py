@@ -133,6 +133,13 @@ def test_resumed_run_continues_exactly(tmp_path, reference):
                         _without_wall(metrics_rows(workdir, {"commit"}))]
 
 
+# soak: tests/e2e/test_simulator_e2e.py's OneWorkerTest.test_equals_lookahead
+# (the simulator) and tests/e2e/test_runtime_e2e.py's
+# test_one_worker_agn_equals_lookahead (real processes) each check one worker
+# against optax.lookahead, so the two backends agree through it, and
+# tests/e2e/test_cli.py's test_train_end_to_end checks the processes' rows'
+# step accuracies, in the suite.
+@pytest.mark.soak
 def test_one_worker_agrees_with_the_processes_backend(tmp_path):
   # Both are optax.lookahead with one worker: the same math on two backends.
   centers, steps = {}, {}

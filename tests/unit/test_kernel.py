@@ -19,6 +19,37 @@ def _loss_fn(params, batch):
   return loss, {"accuracy": accuracy}
 
 
+def _plain_step(inner):
+  """One optax step of `inner` on one mini-batch, jitted once: the reference's step.
+
+  Jitted so that the reference loop compiles one program instead of every
+  primitive of the gradient and the update one by one; it is still plain
+  optax, one Python iteration a step.
+  """
+
+  @jax.jit
+  def step(params, state, x, y):
+    (loss, aux), grads = jax.value_and_grad(_loss_fn, has_aux=True)(
+        params, (x, y))
+    updates, state = inner.update(grads, state, params)
+    return optax.apply_updates(params, updates), state, loss, aux
+
+  return step
+
+
+def _lookahead_step(ref):
+  """One step of `optax.lookahead` `ref` on one mini-batch, jitted once."""
+
+  @jax.jit
+  def step(params, state, x, y):
+    loss, grads = jax.value_and_grad(
+        lambda p: _loss_fn(p, (x, y))[0])(params.fast)
+    updates, state = ref.update(grads, state, params)
+    return optax.apply_updates(params, updates), state, loss
+
+  return step
+
+
 def _setup(window, batch=8, dim=5, classes=3, seed=0):
   rng = np.random.default_rng(seed)
   params = {
@@ -41,11 +72,9 @@ class WindowKernelTest(parameterized.TestCase):
     # commit worked out from PAPER.md: center = anchor + (θ − anchor) / λ.
     ref_params, ref_state = params, inner.init(params)
     losses, accuracies = [], []
+    step = _plain_step(inner)
     for x, y in zip(xs, ys):
-      (loss, aux), grads = jax.value_and_grad(
-          _loss_fn, has_aux=True)(ref_params, (x, y))
-      updates, ref_state = inner.update(grads, ref_state, ref_params)
-      ref_params = optax.apply_updates(ref_params, updates)
+      ref_params, ref_state, loss, aux = step(ref_params, ref_state, x, y)
       losses.append(loss)
       accuracies.append(aux["accuracy"])
     ref_delta = jax.tree.map(lambda p, a: (p - a) / window, ref_params, params)
@@ -69,10 +98,9 @@ class WindowKernelTest(parameterized.TestCase):
     ref = optax.lookahead(inner, window, 1 / window)
     ref_params = optax.LookaheadParams.init_synced(params)
     ref_state = ref.init(ref_params)
+    step = _lookahead_step(ref)
     for x, y in zip(xs, ys):
-      grads = jax.grad(lambda p: _loss_fn(p, (x, y))[0])(ref_params.fast)
-      updates, ref_state = ref.update(grads, ref_state, ref_params)
-      ref_params = optax.apply_updates(ref_params, updates)
+      ref_params, ref_state, _ = step(ref_params, ref_state, x, y)
 
     kernel = window_kernel(_loss_fn, tx, donate=False)
     p, s = params, tx.init(params)
@@ -95,11 +123,9 @@ class WindowKernelTest(parameterized.TestCase):
     ref_params = optax.LookaheadParams.init_synced(params)
     ref_state = ref.init(ref_params)
     ref_losses = []
+    step = _lookahead_step(ref)
     for x, y in zip(xs, ys):
-      loss, grads = jax.value_and_grad(
-          lambda p: _loss_fn(p, (x, y))[0])(ref_params.fast)
-      updates, ref_state = ref.update(grads, ref_state, ref_params)
-      ref_params = optax.apply_updates(ref_params, updates)
+      ref_params, ref_state, loss = step(ref_params, ref_state, x, y)
       ref_losses.append(loss)
 
     tx = agn(inner, window)
