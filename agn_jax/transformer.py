@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from agn_jax import models
 from agn_jax import tasks
 from agn_jax.data import shakespeare
 
@@ -136,7 +137,7 @@ def init_params(model: Transformer, rng: jax.Array) -> Params:
     >>> logits.shape
     (3, 8, 256)
   """
-  return model.init(rng, jnp.zeros((1, model.max_len), jnp.int32))
+  return models.init_params(model, rng, (model.max_len,), jnp.int32)
 
 
 def next_token_loss(apply_fn: ApplyFn) -> LossFn:

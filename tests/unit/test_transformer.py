@@ -16,10 +16,18 @@ from agn_jax.data import shakespeare
 from test_text import file_index, tiny_sdist
 
 
+@functools.lru_cache(maxsize=None)
 def small(seq_len=12, num_layers=2):
+  """A 16-wide transformer and its parameters, built once per size."""
   model = transformer.create_transformer(seq_len=seq_len, d_model=16,
                                          num_layers=num_layers, num_heads=2)
   return model, transformer.init_params(model, jax.random.key(0))
+
+
+@functools.lru_cache(maxsize=None)
+def jitted(fn):
+  """`jax.jit(fn)`, one per function: a compiled program instead of each operation dispatched on its own."""
+  return jax.jit(fn)
 
 
 def numpy_reference(logits, y):
@@ -54,8 +62,8 @@ def test_changing_later_tokens_leaves_earlier_outputs_unchanged(t):
   changed = tokens.copy()
   changed[:, t + 1:] = (tokens[:, t + 1:] + 1 + rng.integers(
       0, 254, (3, 11 - t))) % 256  # Every later token differs.
-  before = np.asarray(model.apply(params, tokens))
-  after = np.asarray(model.apply(params, changed))
+  before = np.asarray(jitted(model.apply)(params, tokens))
+  after = np.asarray(jitted(model.apply)(params, changed))
   np.testing.assert_allclose(after[:, :t + 1], before[:, :t + 1], rtol=0,
                              atol=1e-6)
   # Position t + 1 reads its own (changed) token: the mask hides only the
@@ -68,9 +76,10 @@ def test_loss_accuracy_and_bits_per_byte_against_numpy():
   rng = np.random.default_rng(1)
   x = rng.integers(0, 256, (4, 12)).astype(np.int32)
   y = rng.integers(0, 256, (4, 12)).astype(np.int32)
-  y[0, :6] = np.asarray(model.apply(params, x))[0, :6].argmax(-1)  # Some hits.
-  nll, correct = numpy_reference(model.apply(params, x), y)
-  loss, aux = transformer.next_token_loss(model.apply)(params, (x, y))
+  logits = jitted(model.apply)(params, x)
+  y[0, :6] = np.asarray(logits)[0, :6].argmax(-1)  # Some hits.
+  nll, correct = numpy_reference(logits, y)
+  loss, aux = jax.jit(transformer.next_token_loss(model.apply))(params, (x, y))
   assert float(loss) == pytest.approx(nll.mean(), rel=1e-5)
   assert float(aux["accuracy"]) == pytest.approx(correct.mean(), abs=1e-7)
   assert correct.mean() >= 6 / 48
@@ -83,7 +92,7 @@ def test_evaluate_counts_every_token_once_across_batches():
   rng = np.random.default_rng(2)
   x = rng.integers(0, 256, (7, 12)).astype(np.int32)
   y = rng.integers(0, 256, (7, 12)).astype(np.int32)
-  nll, correct = numpy_reference(model.apply(params, x), y)
+  nll, correct = numpy_reference(jitted(model.apply)(params, x), y)
   for batch_size in (3, 7, 64):  # 7 = 3 + 3 + a rest of 1.
     loss, metrics = transformer.evaluate(model.apply, params, x, y,
                                          batch_size)
@@ -99,8 +108,8 @@ def test_float_tokens_and_the_classification_initializer_give_the_same_model():
   model, params = small()
   tokens = np.random.default_rng(3).integers(0, 256, (2, 12))
   np.testing.assert_array_equal(
-      model.apply(params, tokens.astype(np.float32)),
-      model.apply(params, tokens.astype(np.int32)))
+      jitted(model.apply)(params, tokens.astype(np.float32)),
+      jitted(model.apply)(params, tokens.astype(np.int32)))
   # The runtime's initializer (flat float zeros of the input width) fits.
   again = models.init_params(model, jax.random.key(0), 12)
   jax.tree.map(np.testing.assert_array_equal, again, params)
@@ -178,13 +187,13 @@ def test_the_registered_parts_fit_together(tmp_path, monkeypatch):
   # The task's loss and evaluation, on a small transformer, against numpy.
   model, params = small()
   x, y = dataset.x_test, dataset.y_test
-  nll, correct = numpy_reference(model.apply(params, x), y)
+  nll, correct = numpy_reference(jitted(model.apply)(params, x), y)
   loss, values = task.evaluation(model.apply, params, x, y)
   assert loss == pytest.approx(nll.mean(), rel=1e-5)
   assert values == {"accuracy": pytest.approx(correct.mean(), abs=1e-7),
                     "bits_per_byte": pytest.approx(nll.mean() / math.log(2),
                                                    rel=1e-5)}
-  loss, values = task.loss(model.apply)(params, (x, y))
+  loss, values = jax.jit(task.loss(model.apply))(params, (x, y))
   assert float(loss) == pytest.approx(nll.mean(), rel=1e-5)
   # A classifier cannot read byte windows' targets: one line, before a run.
   mlp = dataclasses.replace(config, model="mlp", task="classification")
