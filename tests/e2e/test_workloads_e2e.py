@@ -1,8 +1,8 @@
 """The workload of tests/regression_workload.py on real processes (the command line) and a real local Ray, each run against numpy's replay; the built-in language-model task on processes.
 
-The simulated and threads runs, the names, the evaluation and E are
-tests/unit/test_workloads.py; the language model on Ray is
-tests/e2e/test_ray_backend.py's (its Ray instance).
+So do the simulator's run and the real loops' as threads; the names, the
+evaluation and E are tests/unit/test_workloads.py; the language model on
+Ray is tests/e2e/test_ray_backend.py's (its Ray instance).
 """
 
 import json
@@ -12,11 +12,15 @@ import numpy as np
 import pytest
 
 from agn_jax import TrainConfig
+from agn_jax.config import ProcessesOptions
 from agn_jax.runtime import train
+from agn_jax.runtime.backends.inprocess import InProcessBackend
+from agn_jax.runtime.bookkeeping import RunBook
 from helpers import (assert_nothing_left, metrics_rows, run_cli,
                      shakespeare_data_dir)
 from test_workloads import (DATASET, EXAMPLES, LR, MODEL, TASK, WINDOW,
                             WINDOWS, check_run, workload_config)
+from test_metric_writers import assert_events_match_metrics
 
 
 def test_processes_from_the_command_line(tmp_path):
@@ -93,3 +97,33 @@ def test_the_language_model_on_processes(tmp_path):
   summary = train(config)
   check_language_model_run(summary, tmp_path / "run")
   assert_nothing_left(tmp_path / "run")
+
+
+def test_simulated(tmp_path):
+  config = workload_config(tmp_path / "run", "simulated", 2,
+                           metric_writers="jsonl,tensorboard")
+  summary = train(config)
+  assert summary["num_commits"] == summary["expected_commits"] == 2 * WINDOWS
+  rows = check_run(config, tmp_path / "run")
+  # Round robin: after the first round every commit is 1 stale.
+  assert [row["staleness"] for row in rows[2:]] == [1] * (len(rows) - 2)
+  # TensorBoard has the task's metrics as it has the rows.
+  assert_events_match_metrics(tmp_path / "run", metrics=("hit_rate", "mae"))
+
+
+def test_threads(tmp_path):
+  # The real worker, server and evaluator loops, as threads.
+  config = workload_config(tmp_path / "run", "processes", 2,
+                           options=ProcessesOptions(cache_dir="")).validate()
+  book = RunBook(config, None, "inprocess")
+  run = InProcessBackend(config, book)
+  try:
+    run.prepare()
+    run.run()
+    center = run.final_center()
+    book.save_center(center)
+    book.write_summary(interrupted=False)
+  finally:
+    run.shutdown()
+    book.close()
+  check_run(config, tmp_path / "run")

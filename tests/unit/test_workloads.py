@@ -9,8 +9,9 @@ from, from metrics.jsonl), and so is every commit row's loss and metrics
 (each the mean over the window's local steps) and the final evaluation.
 The model is linear regression on the tokens' counts, differentiated by
 hand here; each local step takes the worker's whole shard, so a step does
-not depend on the order its examples were drawn in. The real processes and
-Ray are tests/e2e/test_workloads_e2e.py.
+not depend on the order its examples were drawn in. The runs themselves
+(the simulator, the loops as threads, real processes, Ray) are
+tests/e2e/test_workloads_e2e.py; `check_run` here is what each is held to.
 """
 
 import dataclasses
@@ -24,16 +25,13 @@ import numpy as np
 import pytest
 
 from agn_jax import build, data, metrics, models, tasks
-from agn_jax.config import ProcessesOptions, SimulatedOptions, TrainConfig
+from agn_jax.config import SimulatedOptions, TrainConfig
 from agn_jax.runtime import train
-from agn_jax.runtime.backends.inprocess import InProcessBackend
-from agn_jax.runtime.bookkeeping import RunBook
 from agn_jax.shares import shard_bounds
 from agn_jax.sim.progress import Progress
 from experiments import compare
 from experiments import flags as flags_lib
 from helpers import REPO, assert_one_line_error, metrics_rows, train_here
-from test_metric_writers import assert_events_match_metrics
 
 TASK = "tests.regression_workload:regression"
 MODEL = "tests.regression_workload:bag_of_tokens"
@@ -320,36 +318,6 @@ def test_e_on_a_metric_lower_is_better_favours_the_lower_curve(tmp_path):
 
 
 # --- Runs -------------------------------------------------------------------------
-
-
-def test_simulated(tmp_path):
-  config = workload_config(tmp_path / "run", "simulated", 2,
-                           metric_writers="jsonl,tensorboard")
-  summary = train(config)
-  assert summary["num_commits"] == summary["expected_commits"] == 2 * WINDOWS
-  rows = check_run(config, tmp_path / "run")
-  # Round robin: after the first round every commit is 1 stale.
-  assert [row["staleness"] for row in rows[2:]] == [1] * (len(rows) - 2)
-  # TensorBoard has the task's metrics as it has the rows.
-  assert_events_match_metrics(tmp_path / "run", metrics=("hit_rate", "mae"))
-
-
-def test_threads(tmp_path):
-  # The real worker, server and evaluator loops, as threads.
-  config = workload_config(tmp_path / "run", "processes", 2,
-                           options=ProcessesOptions(cache_dir="")).validate()
-  book = RunBook(config, None, "inprocess")
-  run = InProcessBackend(config, book)
-  try:
-    run.prepare()
-    run.run()
-    center = run.final_center()
-    book.save_center(center)
-    book.write_summary(interrupted=False)
-  finally:
-    run.shutdown()
-    book.close()
-  check_run(config, tmp_path / "run")
 
 
 def test_a_checkpoint_written_before_tasks_had_names_restores_its_windows():
