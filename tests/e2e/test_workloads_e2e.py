@@ -1,14 +1,12 @@
-"""The workload of tests/regression_workload.py on real processes (the command line) and a real local Ray, each run against numpy's replay.
+"""The workload of tests/regression_workload.py on real processes (the command line), run against numpy's replay.
 
 The simulated and threads runs, the names, the evaluation and E are
-tests/unit/test_workloads.py.
+tests/unit/test_workloads.py; the Ray run is tests/e2e/test_ray_backend.py's
+(on the Ray instance that file's tests share).
 """
 
 import json
 
-import pytest
-
-from agn_jax.runtime import train
 from helpers import assert_nothing_left, run_cli
 from test_workloads import (DATASET, EXAMPLES, LR, MODEL, TASK, WINDOW,
                             WINDOWS, check_run, workload_config)
@@ -35,11 +33,3 @@ def test_processes_from_the_command_line(tmp_path):
     assert json.load(f)["task"] == TASK
   assert_nothing_left(workdir)
 
-
-def test_ray(tmp_path):
-  pytest.importorskip("ray")
-  # Each actor loads the dataset itself, by its import path.
-  config = workload_config(tmp_path / "run", "ray", 2)
-  summary = train(config)
-  assert summary["num_commits"] == summary["expected_commits"] == 2 * WINDOWS
-  check_run(config, tmp_path / "run")
