@@ -9,8 +9,8 @@ from, from metrics.jsonl), and so is every commit row's loss and metrics
 (each the mean over the window's local steps) and the final evaluation.
 The model is linear regression on the tokens' counts, differentiated by
 hand here; each local step takes the worker's whole shard, so a step does
-not depend on the order its examples were drawn in. The real processes and
-Ray are tests/e2e/test_workloads_e2e.py.
+not depend on the order its examples were drawn in. The real processes are
+tests/e2e/test_workloads_e2e.py, Ray tests/e2e/test_ray_backend.py.
 """
 
 import dataclasses
