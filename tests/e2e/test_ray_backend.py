@@ -3,9 +3,9 @@
 Ctrl-C ends a CLI run (n = 3) with its own Ray instance, leaving nothing
 running; --resume continues it on Ray to 0.90 on digits while one worker
 actor raises and another's process is SIGKILLed, both restarted; commits
-applied equal commits acknowledged; a SIGKILLed driver leaves no process of
-its instance; a bad --ray_address is one line. A workload named by import
-paths runs on Ray as numpy replays it, and the transport conformance suite
+applied equal commits acknowledged; a SIGKILLed driver, its worker actors
+training a workload named by import paths, leaves no process of its
+instance; a bad --ray_address is one line. The transport conformance suite
 (tests/unit/test_transport_conformance.py) runs on the Ray transport.
 
 One Ray instance serves every in-process run and test of the module
@@ -52,7 +52,8 @@ from test_transport_conformance import (  # pylint: disable=unused-import
     test_the_data_reads_back_whole,
     test_a_worker_elsewhere_pulls_its_own_commits_back,
     test_a_commit_carries_its_window_and_its_acknowledgement_the_next_plan)
-from test_workloads import WINDOWS, check_run, workload_config
+from test_workloads import (DATASET, EXAMPLES, LR, MODEL, TASK, WINDOW,
+                            WINDOWS, check_run, workload_config)
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -308,6 +309,14 @@ def test_sigterm_on_a_running_cluster_ends_the_run_and_leaves_the_cluster(
   assert ray.cluster_resources().get("CPU", 0) >= 1
 
 
+# soak: test_a_sigkilled_driver_leaves_no_process_of_its_ray_instance covers
+# Ray worker actors loading a workload's task, model and dataset by their
+# import paths and committing, and tests/e2e/test_workloads_e2e.py's
+# test_processes_from_the_command_line the numpy replay of this workload's
+# run through the worker and server loops Ray's actors run too, in the
+# suite; the conformance suite's [ray] cases cover the Ray transport carrying
+# commits whole and in order.
+@pytest.mark.soak
 def test_a_workload_named_by_import_paths_runs_as_numpy_replays_it(
     ray_instance, tmp_path):
   # tests/regression_workload.py's task, model and dataset: each actor loads
@@ -347,13 +356,32 @@ def _session_processes(session_dir):
   return found
 
 
+def _committed_from_each_worker(workdir, num_workers):
+  metrics = workdir / "metrics.jsonl"
+  if not (metrics.exists() and (workdir / "pids.json").exists()):
+    return False
+  rows = [json.loads(line) for line in metrics.read_text().splitlines()
+          if line.endswith("}")]  # A last line half written is not read.
+  return {r["worker"] for r in rows if r["event"] == "commit"} == set(
+      range(num_workers))
+
+
 def test_a_sigkilled_driver_leaves_no_process_of_its_ray_instance(tmp_path):
   workdir = tmp_path / "run"
-  process = _start_cli(workdir)
+  # tests/regression_workload.py's task, model and dataset, named by import
+  # path: each worker actor loads them itself, and has once it committed.
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", "--backend=ray",
+       f"--task={TASK}", f"--model={MODEL}", f"--dataset={DATASET}",
+       f"--dataset_size={EXAMPLES}", "--strategy=downpour",
+       "--worker_optimizer=sgd", f"--learning_rate={LR}", "--num_workers=2",
+       f"--communication_window={WINDOW}", f"--batch_size={EXAMPLES // 2}",
+       "--epochs=100000", "--eval_every_seconds=0", "--nocheckpoints",
+       "--noplots", f"--workdir={workdir}"],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     pids_json = workdir / "pids.json"
-    _wait_for(process, lambda: pids_json.exists() and all(
-        json.loads(pids_json.read_text())["workers"]))
+    _wait_for(process, lambda: _committed_from_each_worker(workdir, 2))
     session = json.loads(pids_json.read_text())["ray_session_dir"]
     assert session and _session_processes(session)
     tree = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
