@@ -197,7 +197,7 @@ def _interrupt(workdir, signum, address=None):
       [sys.executable, "-m", "experiments.train", "--backend=ray",
        "--num_workers=3", "--communication_window=10", "--dataset=digits",
        "--hidden_sizes=32", "--batch_size=32", "--epochs=2000",
-       "--learning_rate=3e-3", "--eval_every_seconds=0",
+       "--learning_rate=3e-3", "--eval_every_seconds=0", "--noplots",
        "--checkpoint_every_seconds=0.5", f"--workdir={workdir}"] +
       ([f"--ray_address={address}"] if address else []),
       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
