@@ -1,8 +1,9 @@
 """The workload of tests/regression_workload.py on real processes (the command line), run against numpy's replay.
 
 The simulated and threads runs, the names, the evaluation and E are
-tests/unit/test_workloads.py; the Ray run is tests/e2e/test_ray_backend.py's
-(on the Ray instance that file's tests share).
+tests/unit/test_workloads.py. On Ray, tests/e2e/test_ray_backend.py's
+SIGKILLed driver's workers train it, and its run against the replay there
+is soak.
 """
 
 import json
