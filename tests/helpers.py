@@ -121,12 +121,15 @@ def metrics_rows(workdir, kinds=None):
   return [r for r in rows if kinds is None or r["event"] in kinds]
 
 
-def train_with_two_failures(train, config):
-  """Trains `config` while worker 0 raises at window 5 and worker 1's process is SIGKILLed at commit 30.
+def train_with_two_failures(train, config, window=5, clock=30):
+  """Trains `config` while worker 0 raises at window `window` and worker 1's process is SIGKILLed at commit `clock`.
 
   Args:
     train: `agn_jax.runtime.train`.
     config: a `TrainConfig` that allows the two restarts.
+    window: the window (over worker 0's whole share) at which it raises.
+    clock: the first commit clock at which worker 1 is SIGKILLed (once
+      pids.json names it).
 
   Returns:
     `(summary, killed)`: the run's summary and the pids SIGKILLed.
@@ -135,13 +138,17 @@ def train_with_two_failures(train, config):
   killed = []
 
   def kill_worker_1(event):
-    if event["event"] == "commit" and event["clock"] >= 30 and not killed:
+    if event["event"] != "commit" or event["clock"] < clock or killed:
+      return
+    try:
       pid = json.loads((workdir / "pids.json").read_text())["workers"][1]
-      os.kill(pid, signal.SIGKILL)
-      killed.append(pid)
+    except FileNotFoundError:  # Not every part's process known yet.
+      return
+    os.kill(pid, signal.SIGKILL)
+    killed.append(pid)
 
   summary = train(config, progress=kill_worker_1,
-                  faults=Faults(fault=Fault("raise", worker=0, window=5)))
+                  faults=Faults(fault=Fault("raise", worker=0, window=window)))
   return summary, killed
 
 

@@ -62,9 +62,10 @@ def test_a_lossless_code_simulates_exactly_as_none(digits_runs):
 @pytest.mark.parametrize("backend", [
     "processes", "simulated",
     # soak: [processes] covers the count of a process worker's int8 commits
-    # and pulls (the books Ray's workers share) in the suite, and
-    # tests/e2e/test_transport_conformance_e2e.py's [ray] cases the Ray transport
-    # carrying a commit's arrays whole.
+    # and pulls (the books Ray's workers share) in the suite, and the
+    # transport conformance suite's [ray] cases (in
+    # tests/e2e/test_ray_backend.py) the Ray transport carrying a commit's
+    # arrays whole.
     pytest.param("ray", marks=pytest.mark.soak)])
 def test_every_backend_counts_the_int8_bytes_it_moved(tmp_path, backend):
   if backend == "ray":

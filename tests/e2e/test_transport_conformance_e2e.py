@@ -1,13 +1,14 @@
-"""The transport conformance suite on shared memory (spawned processes) and Ray (a real local Ray instance).
+"""The transport conformance suite on shared memory (spawned processes).
 
 The tests are tests/unit/test_transport_conformance.py's, run here with the
-kits that start real processes; the unit folder runs them on threads. One
-Ray instance serves the module.
+kit that starts real processes; the unit folder runs them on threads, and
+tests/e2e/test_ray_backend.py on Ray (on the Ray instance that file's tests
+share).
 """
 
 import pytest
 
-from test_transport_conformance import make_kit, ray_instance  # pylint: disable=unused-import
+from test_transport_conformance import make_kit
 from test_transport_conformance import (  # pylint: disable=unused-import
     test_a_pull_waits_for_the_first_publish_and_is_a_whole_center,
     test_commits_come_out_first_in_first_out_with_their_meta,
@@ -21,6 +22,6 @@ from test_transport_conformance import (  # pylint: disable=unused-import
     test_a_commit_carries_its_window_and_its_acknowledgement_the_next_plan)
 
 
-@pytest.fixture(params=["shared_memory", "ray"])
+@pytest.fixture(params=["shared_memory"])
 def kit(request):
   yield from make_kit(request)

@@ -2,12 +2,12 @@
 
 Each test runs against each backend's `Transport` and its switches, events,
 replies and data (`channels`). A part that must run elsewhere runs where
-that backend puts it: a spawned process, a Ray task, a thread. One Ray
-instance serves the module.
+that backend puts it: a spawned process, a Ray task, a thread. The Ray kit
+asks for the `ray_instance` fixture of the module that runs it
+(tests/e2e/test_ray_backend.py's).
 """
 
 import queue
-import signal
 import sys
 import threading
 import time
@@ -164,20 +164,6 @@ def _ray_kit(cleanup):
              elsewhere)
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-  ray = pytest.importorskip("ray")
-  from agn_jax import placement  # pylint: disable=g-import-not-at-top
-  old_term = signal.getsignal(signal.SIGTERM)
-  ray.init(num_cpus=len(placement.available_cores()), include_dashboard=False,
-           log_to_driver=False, configure_logging=False)
-  signal.signal(signal.SIGTERM, old_term)  # Ray's own would exit pytest.
-  try:
-    yield
-  finally:
-    ray.shutdown()
-
-
 def make_kit(request):
   """Yields the kit `request.param` names, and cleans up after it."""
   cleanup = []
@@ -193,7 +179,8 @@ def make_kit(request):
 
 
 # Shared memory and Ray start real processes: they run the same tests in
-# tests/e2e/test_transport_conformance_e2e.py.
+# tests/e2e/test_transport_conformance_e2e.py and
+# tests/e2e/test_ray_backend.py.
 @pytest.fixture(params=["threads"])
 def kit(request):
   yield from make_kit(request)

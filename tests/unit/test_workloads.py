@@ -9,9 +9,10 @@ from, from metrics.jsonl), and so is every commit row's loss and metrics
 (each the mean over the window's local steps) and the final evaluation.
 The model is linear regression on the tokens' counts, differentiated by
 hand here; each local step takes the worker's whole shard, so a step does
-not depend on the order its examples were drawn in. The runs themselves
-(the simulator, the loops as threads, real processes, Ray) are
-tests/e2e/test_workloads_e2e.py; `check_run` here is what each is held to.
+not depend on the order its examples were drawn in. The runs themselves are
+tests/e2e/test_workloads_e2e.py (the simulator, the loops as threads, real
+processes) and tests/e2e/test_ray_backend.py (Ray); `check_run` here is what
+each is held to.
 """
 
 import dataclasses
