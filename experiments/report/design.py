@@ -671,7 +671,7 @@ def preset(name: str) -> Preset:
     p = _grid_and_extras(
         name, "a shrink on scikit-learn's digits for tests; it says nothing "
         "about the paper", quick_base,
-        [(2, 2), (2, 4), (4, 4)], 1, 4.0, (2, 4), 1.0, (2, 2), 2.0, (2, 4),
+        [(2, 2), (2, 4), (4, 4)], 1, 2.0, (2, 4), 1.0, (2, 2), 2.0, (2, 4),
         (2, 4), 1438, 2,
         # Each run compiles its own programs unless an earlier run has the
         # same ones (the suite's JAX cache): AEASGD's α varies only at the
@@ -683,7 +683,7 @@ def preset(name: str) -> Preset:
                       normalization=(2, (2,), 1.0), dynsgd_cells=((2, 2),),
                       mechanism=QUICK_MECHANISM))
     # At a cell of the grid, whose AGN and AEASGD programs it reuses.
-    return p._replace(runs=p.runs + beyond_runs(quick_base, [(4, 4)], 4.0,
+    return p._replace(runs=p.runs + beyond_runs(quick_base, [(4, 4)], 2.0,
                                                 ("int8",)))
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")
 
