@@ -59,8 +59,11 @@ def test_report_opens_with_a_verdict_for_every_claim(study):
   assert len(rows) == 10
   for row in rows:
     verdict = row.split(" | ")[3]
-    assert verdict.split(" (")[0] in (claims.REPRODUCED, claims.NOT_REPRODUCED,
-                                      claims.INCONCLUSIVE), row
+    # A verdict may say more after its word ("not reproduced under any
+    # setting run", "inconclusive (…)"), as the report's own count reads it.
+    assert any(verdict == v or verdict.startswith(v + " ")
+               for v in (claims.REPRODUCED, claims.NOT_REPRODUCED,
+                         claims.INCONCLUSIVE)), row
   for key, _ in claims.RULES:
     assert f"- **{key}**:" in part
   assert "says nothing about the paper" in text
@@ -99,9 +102,14 @@ def test_sections_use_the_runs_they_name(study):
   assert processes["backend"] == "processes"
   assert summary(study_dir, "ablation", "agn-n2-l2-s0-random")[
       "config"]["speed_model"] == design.RANDOM_SPEEDS
-  alpha = summary(study_dir, "ablation", "aeasgd-n2-l2-s0-alpha0.5")
-  assert alpha["config"]["elastic_learning_rate"] * alpha["config"][
-      "rho"] == pytest.approx(0.5)
+  # The quick study varies AEASGD's α only at the gap cell (as `cpu`), and
+  # runs only AGN as real processes: the processes row has no AEASGD.
+  assert not os.path.exists(os.path.join(
+      study_dir, "ablation", "aeasgd-n2-l2-s0-alpha0.5"))
+  row = next(line for line in section(text, "The ablation").splitlines()
+             if line.startswith("| " + ablation_text("processes") + " |"))
+  assert row.startswith(f"| {ablation_text('processes')} | "
+                        f"{100 * processes['final_test_accuracy']:.2f} % | – |")
   for variant, alpha in (("alpha0.05", 0.05), ("alpha0.5", 0.5)):
     gap = summary(study_dir, "ablation", f"aeasgd-n4-l4-s0-{variant}")
     assert gap["config"]["elastic_learning_rate"] * gap["config"][
@@ -168,10 +176,10 @@ def test_the_verdicts_issue_sections_come_from_their_runs(study):
                         f"{100 * b_new:.2f} %", f"{100 * b_old:.2f} %",
                         f"{100 * (b_new - b_old):+.2f}"]
   assert "verdicts that rest on the grid" in part
-  # DOWNPOUR's sweep: one row per setting and n, each its own optimizer.
+  # DOWNPOUR (the quick study sweeps Adam alone): one row per setting and n,
+  # each its own optimizer.
   part = section(text, "DOWNPOUR at n = 10")
-  for variant, optimizer, lr, label in (("adam0.001", "adam", 1e-3, "Adam"),
-                                        ("sgd0.01", "sgd", 1e-2, "SGD")):
+  for variant, optimizer, lr, label in (("adam0.001", "adam", 1e-3, "Adam"),):
     for n in (2, 4):
       s = summary(study_dir, "downpour", f"downpour-n{n}-l1-s0-{variant}")
       assert (s["config"]["worker_optimizer"], s["config"]["learning_rate"],
@@ -211,11 +219,11 @@ def test_the_verdicts_issue_sections_come_from_their_runs(study):
 def test_the_beyond_section_rows_come_from_its_runs(study):
   study_dir, output_dir, text = study
   part = section(text, "Beyond the paper")
-  plain = summary(study_dir, "beyond", "agn-n4-l2-s0-plain")
-  dn = summary(study_dir, "beyond", "agn-n4-l2-s0-dn")
-  dylu = summary(study_dir, "beyond", "agn-n4-l2-s0-dylu")
-  aeasgd = summary(study_dir, "beyond", "aeasgd-n4-l2-s0-plain")
-  int8 = summary(study_dir, "beyond", "agn-n4-l2-s0-int8")
+  plain = summary(study_dir, "beyond", "agn-n4-l4-s0-plain")
+  dn = summary(study_dir, "beyond", "agn-n4-l4-s0-dn")
+  dylu = summary(study_dir, "beyond", "agn-n4-l4-s0-dylu")
+  aeasgd = summary(study_dir, "beyond", "aeasgd-n4-l4-s0-plain")
+  int8 = summary(study_dir, "beyond", "agn-n4-l4-s0-int8")
   for s in (plain, dn, dylu, aeasgd, int8):
     assert s["config"]["speed_model"] == design.HETEROGENEOUS_SPEEDS
   assert dn["config"]["server_optimizer"] == "delayed_nesterov"
