@@ -581,7 +581,8 @@ class SimulatedOptions(BackendOptions):
       "default: the platform's measured choice (1 on CPU, all on GPU/TPU).",
       check=POSITIVE_INT.or_unset())
   eval_every_rounds: int = setting(
-      10, "rounds between evaluations of the center; 0: only the final one.",
+      10, "rounds between evaluations of the center; 0: only the initial "
+      "center's (where every curve starts) and the final one.",
       check=NON_NEGATIVE_INT)
   def fit_error(self) -> Optional[str]:
     """Why the clock's settings do not fit together, or None (`agn_jax.sim.clock.clock_error`)."""
