@@ -377,3 +377,10 @@ def test_a_commit_carries_its_window_and_its_acknowledgement_the_next_plan(
   assert join()
   assert seen == [8, 3, 2, 1]
   assert transport.window_plan(0) == WindowPlan(0, 40)
+
+
+# What a file that runs the suite on another kit imports
+# (`from test_transport_conformance import *`): the kit's maker and every
+# test, which then run with that file's own `kit` fixture.
+__all__ = ["make_kit"] + [name for name in list(globals())
+                          if name.startswith("test_")]
