@@ -10,6 +10,7 @@ import numpy as np
 import optax
 
 from agn_jax import names
+from agn_jax import tasks
 
 PAPER_HIDDEN_SIZES = (1000, 2000, 1000)
 
@@ -284,13 +285,7 @@ def evaluate(
     >>> 0.0 <= acc <= 1.0
     True
   """
-  n = len(x)
-  if n == 0 or len(y) != n:
-    raise ValueError(f"evaluate needs matching non-empty x and y, got {len(x)} "
-                     f"and {len(y)} examples")
-  if batch_size < 1:
-    raise ValueError(f"batch_size must be positive, got {batch_size}")
-  batch_size = min(int(batch_size), n)
+  n, batch_size = tasks.check_split(x, y, batch_size, "evaluate")
   num_batches = -(-n // batch_size)
   pad = num_batches * batch_size - n
   x = np.asarray(x, np.float32)

@@ -223,6 +223,28 @@ def _jitted_sums(loss_fn):
   return sums
 
 
+def check_split(x, y, batch_size: int, who: str) -> Tuple[int, int]:
+  """`(examples, batch size)` of a split evaluated in batches: the batch size at most the split's.
+
+  Args:
+    x: the split's inputs.
+    y: its targets.
+    batch_size: the examples per batch asked for.
+    who: what evaluates, for the message (`"evaluate"`).
+
+  Raises:
+    ValueError: one line: an empty split, x and y of different lengths, or
+      a batch size below one.
+  """
+  n = len(x)
+  if n == 0 or len(y) != n:
+    raise ValueError(f"{who} needs matching non-empty x and y, got {len(x)} "
+                     f"and {len(y)} examples")
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be positive, got {batch_size}")
+  return n, min(int(batch_size), n)
+
+
 def mean_over_batches(loss_fn: LossFn, params, x, y,
                       batch_size: int = 1000) -> Tuple[float, Dict[str, float]]:
   """The loss and metrics of `loss_fn` over a whole split: the size-weighted mean of its batches'.
@@ -253,14 +275,8 @@ def mean_over_batches(loss_fn: LossFn, params, x, y,
     (24.0, {'mae': 4.0})
   """
   import numpy as np  # pylint: disable=g-import-not-at-top
-  n = len(x)
-  if n == 0 or len(y) != n:
-    raise ValueError(f"an evaluation needs matching non-empty x and y, got "
-                     f"{len(x)} and {len(y)} examples")
-  if batch_size < 1:
-    raise ValueError(f"batch_size must be positive, got {batch_size}")
+  n, batch_size = check_split(x, y, batch_size, "an evaluation")
   x, y = np.asarray(x), np.asarray(y)
-  batch_size = min(int(batch_size), n)
   whole = n // batch_size
   sums = _jitted_sums(loss_fn)
   parts = [sums(params, x[:whole * batch_size].reshape(
