@@ -688,28 +688,6 @@ def preset(name: str) -> Preset:
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")
 
 
-def heuristic_window(n: int, layers: int) -> float:
-  """λ ≈ (n + layers) / 2, the thesis' rule of thumb.
-
-  >>> heuristic_window(40, 4)
-  22.0
-  """
-  return (n + layers) / 2
-
-
-def mean_staleness_formula(n: int, windows: int) -> float:
-  """Mean staleness of commit-then-pull round robin: (n − 1)(1 − 1/(2W)).
-
-  Every worker's first commit sees k earlier commits of the first round
-  (k = 0 … n − 1, mean (n − 1)/2), every later one exactly n − 1; over W
-  commits per worker the mean is (n − 1)(1 − 1/(2W)).
-
-  >>> mean_staleness_formula(10, 5)
-  8.1
-  """
-  return (n - 1) * (1 - 1 / (2 * windows))
-
-
 def cost(p: Preset, seconds_per_sample: Optional[float]) -> Dict[str, float]:
   """Runs, samples and the estimated seconds of the preset.
 

@@ -13,6 +13,7 @@ from scipy import stats
 
 from experiments.report import claims
 from experiments.report import design
+from experiments.report import formulas
 from experiments.report import results as results_lib
 from experiments.report import runner
 from experiments.report import sections
@@ -380,7 +381,7 @@ def test_the_mean_staleness_formula_matches_a_round_robin_count():
         st.append(clock - pulled[k])
         clock += 1
         pulled[k] = clock
-    assert design.mean_staleness_formula(n, w) == pytest.approx(np.mean(st))
+    assert formulas.mean_staleness_formula(n, w) == pytest.approx(np.mean(st))
 
 
 def test_wilson_interval_matches_scipy():

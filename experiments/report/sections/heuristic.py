@@ -5,6 +5,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from experiments.report import design
+from experiments.report import formulas
 from experiments.report.sections import Context, pct, table
 from experiments.report.sections import grid
 
@@ -22,7 +23,7 @@ def picks(ctx: Context) -> Dict[int, Dict[str, object]]:
   for n, accuracy in sorted(by_n.items()):
     if len(accuracy) < 2:
       continue
-    target = design.heuristic_window(n, ctx.preset.layers)
+    target = formulas.heuristic_window(n, ctx.preset.layers)
     chosen = {"heuristic": min(accuracy, key=lambda l: (abs(l - target), l)),
               "smallest": min(accuracy), "largest": max(accuracy)}
     out[n] = {"target": target, "windows": sorted(accuracy),

@@ -5,6 +5,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from experiments.report import design
+from experiments.report import formulas
 from experiments.report import results as results_lib
 from experiments.report.sections import Context, num, pyplot, save, table
 from experiments.report.sections import ablation
@@ -58,7 +59,7 @@ def render(ctx: Context) -> List[str]:
     if not stats:
       continue
     rows.append([label, str(stats["count"]), f"{w:.1f}",
-                 num(design.mean_staleness_formula(n, w), ".2f"),
+                 num(formulas.mean_staleness_formula(n, w), ".2f"),
                  num(stats["mean"], ".2f"), num(steady_mean(f, n), ".2f"),
                  str(n - 1), num(float(np.std(f.staleness)), ".2f"),
                  str(stats["max"])])
