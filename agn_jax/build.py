@@ -78,7 +78,8 @@ def build_model(config: TrainConfig, num_classes: int, input_shape):
   return model, build_task(config).loss(model.apply)
 
 
-def check_fit(config: TrainConfig, model, loss_fn, dataset) -> None:
+def check_fit(config: TrainConfig, model, loss_fn, dataset,
+              params=None) -> None:
   """Raises `ValueError` (one line) unless the task's loss reads the model's outputs on the dataset's examples.
 
   Shapes only (`jax.eval_shape`), nothing is computed: a model whose
@@ -91,9 +92,12 @@ def check_fit(config: TrainConfig, model, loss_fn, dataset) -> None:
     model: the flax module (`build_model`).
     loss_fn: its task's loss (`build_model`).
     dataset: the run's `Dataset`.
+    params: the parameters' shapes (`jax.ShapeDtypeStruct`s), where the
+      caller has traced them already; None: traced here (`init_params`).
   """
-  params = jax.eval_shape(
-      lambda: init_params(config, model, example_of(dataset.x_train)))
+  if params is None:
+    params = jax.eval_shape(
+        lambda: init_params(config, model, example_of(dataset.x_train)))
   x, y = dataset.x_train[:1], dataset.y_train[:1]
   try:
     jax.eval_shape(loss_fn, params, (x, y))

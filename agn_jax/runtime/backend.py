@@ -104,9 +104,11 @@ def plan(config: TrainConfig, dataset=None) -> Plan:
         f"{config.communication_window * config.batch_size})")
   model, loss_fn = build.build_model(config, dataset.num_classes,
                                      dataset.input_shape)
-  build.check_fit(config, model, loss_fn, dataset)
-  layout = context.param_layout(model, config,
-                                data.example_of(dataset.x_train))
+  # The parameters' shapes, traced once: the fit's check and the layout.
+  example = data.example_of(dataset.x_train)
+  shapes = context.param_shapes(model, config, example)
+  build.check_fit(config, model, loss_fn, dataset, shapes)
+  layout = context.param_layout(model, config, example, shapes)
   strategy = build.build_strategy(config)
   if config.resume:
     # Before anything is written: the checkpoint's metadata, its run and its

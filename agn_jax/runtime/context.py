@@ -236,12 +236,24 @@ def build_parts(ctx: RunContext):
   return config, strategy, model, loss_fn, layout
 
 
-def param_layout(model, config, example):
-  """The `FlatLayout` of the model's parameters, without computing them.
+def param_shapes(model, config, example):
+  """The model's parameters as `jax.ShapeDtypeStruct`s, without computing them.
 
   `example` is the inputs' `agn_jax.data.Example` (`build.init_params`).
   """
   import jax
-  from agn_jax import build, wire
-  shapes = jax.eval_shape(lambda: build.init_params(config, model, example))
+  from agn_jax import build
+  return jax.eval_shape(lambda: build.init_params(config, model, example))
+
+
+def param_layout(model, config, example, shapes=None):
+  """The `FlatLayout` of the model's parameters, without computing them.
+
+  `example` is the inputs' `agn_jax.data.Example` (`build.init_params`);
+  `shapes`, the parameters' shapes where the caller has them already
+  (`param_shapes`).
+  """
+  from agn_jax import wire
+  if shapes is None:
+    shapes = param_shapes(model, config, example)
   return wire.FlatLayout.from_tree(shapes)
