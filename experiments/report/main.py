@@ -17,6 +17,7 @@ from agn_jax.errors import WorkdirBusy, WorkdirError
 from experiments import compare
 from experiments import flags as flags_lib
 from experiments import sweep as sweep_lib
+from experiments.report import archive
 from experiments.report import design
 from experiments.report import runner
 from experiments.report import sections
@@ -50,6 +51,12 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_list("sections", list(design.RUN_SECTIONS), "Sections whose "
                     "runs to run; the report always covers every section from "
                     "the runs found.", flag_values=flag_values)
+  flags.DEFINE_string("archive_dir", None, "Where the study's results are "
+                      "kept as files to commit: each completed run's config, "
+                      "summary and rows, and the study's books. A study "
+                      "restores them on start, so it resumes on a fresh "
+                      "clone (default: <output_dir>/study; none for "
+                      "--preset=quick; '' for none).", flag_values=flag_values)
   flags.DEFINE_bool("report_only", False, "Run nothing; rewrite REPORT.md "
                     "from the runs found.", flag_values=flag_values)
   flags.DEFINE_bool("progress", True, "Draw each run's progress bar.",
@@ -72,7 +79,15 @@ def main(argv):
   if os.path.lexists(study_dir) and not os.path.isdir(study_dir):
     flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} is a file",
                               status=2)
-  if FLAGS.report_only and not os.path.isdir(study_dir):
+  output_dir = FLAGS.output_dir or (
+      os.path.join(study_dir, "results") if p.name == "quick" else
+      os.path.join("experiments", "results", "beyond") if p.name == "beyond"
+      else os.path.join("experiments", "results"))
+  archive_dir = (FLAGS.archive_dir if FLAGS.archive_dir is not None else
+                 None if p.name == "quick" else archive.default_dir(output_dir))
+  archived = bool(archive_dir) and os.path.isfile(
+      os.path.join(archive_dir, archive.BOOKS))
+  if FLAGS.report_only and not os.path.isdir(study_dir) and not archived:
     flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} holds no "
                               f"study ({runner.STUDY_FILE}); run one first",
                               status=2)
@@ -80,30 +95,38 @@ def main(argv):
   # move the first one's live runs aside and share its ledger.
   try:
     lock = workdir_lib.lock_workdir(
-        study_dir, create=not FLAGS.report_only, owner=shlex.join(sys.argv),
+        study_dir, create=not FLAGS.report_only or archived,
+        owner=shlex.join(sys.argv),
         flag="--study_dir")
   except (WorkdirBusy, WorkdirError) as e:
     flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir}: {e}",
                               status=2)
   with lock:
-    _main(p, study_dir)
+    _main(p, study_dir, output_dir, archive_dir or None)
 
 
-def _main(p, study_dir):
+def _main(p, study_dir, output_dir, archive_dir):
   """The study in `study_dir`, whose lock this process holds."""
   from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
-  output_dir = FLAGS.output_dir or (
-      os.path.join(study_dir, "results") if p.name == "quick" else
-      os.path.join("experiments", "results", "beyond") if p.name == "beyond"
-      else os.path.join("experiments", "results"))
   try:
-    study = runner.Study(study_dir)
+    study = runner.Study(study_dir, archive_dir)
   except flags_lib.UsageError as e:
     flags_lib.exit_with_error(PROGRAM, e, status=2)
   if study.preset not in (None, p.name):
     flags_lib.exit_with_error(
         PROGRAM, f"--study_dir={study_dir} holds a --preset={study.preset} "
         f"study, not {p.name}; choose another --study_dir", status=2)
+  if archive_dir:
+    try:
+      restored, _ = archive.sync(p, study)
+    except ValueError as e:
+      flags_lib.exit_with_error(PROGRAM, f"--archive_dir: {e}", status=2)
+    except (OSError, EOFError) as e:
+      flags_lib.exit_with_error(PROGRAM, f"--archive_dir={archive_dir}: "
+                                "cannot read or write "
+                                f"({getattr(e, 'strerror', None) or e})")
+    if restored:
+      print(f"{restored} completed runs restored from {archive_dir}")
   if FLAGS.report_only and study.preset is None:
     flags_lib.exit_with_error(PROGRAM, f"--study_dir={study_dir} holds no "
                               f"study ({runner.STUDY_FILE}); run one first",

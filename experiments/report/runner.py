@@ -9,7 +9,8 @@ resuming needs them, and a simulated checkpoint holds all n workers' states.
 
 The study's books, `<study_dir>/study.json`, hold the preset, the command and
 the compute ledger: seconds, samples, machine and device of every run, summed
-over the sittings that ran it.
+over the sittings that ran it. With an archive (`experiments.report.archive`),
+each run is archived as it completes and the books are kept there too.
 """
 
 import contextlib
@@ -28,16 +29,23 @@ from agn_jax.errors import WorkdirBusy, WorkdirError
 from agn_jax.runtime import events
 from experiments import flags as flags_lib
 from experiments import sweep as sweep_lib
+from experiments.report import archive
 from experiments.report import design
 
 STUDY_FILE = "study.json"
 
 
 class Study:
-  """The study directory's books: its preset, command and compute ledger."""
+  """The study directory's books: its preset, command and compute ledger.
 
-  def __init__(self, study_dir: str):
+  Attributes:
+    dir: the study directory.
+    archive_dir: where completed runs and the books are archived, or None.
+  """
+
+  def __init__(self, study_dir: str, archive_dir: Optional[str] = None):
     self.dir = study_dir
+    self.archive_dir = archive_dir
     self.path = os.path.join(study_dir, STUDY_FILE)
     self.data = {"preset": None, "command": None, "ledger": {}}
     if os.path.isfile(self.path):
@@ -76,6 +84,8 @@ class Study:
     os.makedirs(self.dir, exist_ok=True)
     sweep_lib.write_report(self.path,
                            events.strict_json(self.data, indent=2) + "\n")
+    if self.archive_dir:
+      archive.save_books(self, self.archive_dir)
 
 
 def where() -> Dict[str, str]:
@@ -165,6 +175,8 @@ def run_one(run: design.RunSpec, study: Study, p: design.Preset,
                  cpu_seconds() - cpu_start)
   if sweep_lib.completed(path):
     _drop_checkpoints(path)
+    if study.archive_dir:
+      archive.save(path, run.path(study.archive_dir))
   elif failure is None:
     summary = sweep_lib._read_summary(path) or {}  # pylint: disable=protected-access
     failure = (f"ended {summary.get('outcome') or 'without completing'}"

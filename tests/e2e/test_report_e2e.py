@@ -1,5 +1,6 @@
 """The end-to-end half of tests/unit/test_report.py: real processes, subprocesses or whole runs."""
 
+import gzip
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from experiments import sweep as sweep_lib
+from experiments.report import archive
 from experiments.report import claims
 from experiments.report import design
 from experiments.report import runner
@@ -280,6 +282,48 @@ def test_rerunning_runs_nothing_and_rewrites_the_report(study):
     assert f"Written by `{command}`" in f.read()
 
 
+def test_the_archive_carries_the_study_to_a_fresh_clone(study, tmp_path):
+  study_dir, output_dir, _ = study
+  p = design.preset("quick")
+  archive_dir = str(tmp_path / "archive")
+  books = runner.Study(study_dir, archive_dir)
+  assert archive.sync(p, books) == (0, len(p.runs))
+  # Only what the report reads: no checkpoint, lock or TensorBoard file.
+  for r in p.runs:
+    assert sorted(os.listdir(r.path(archive_dir))) == [
+        "config.json", "metrics.jsonl.gz", "summary.json"], r.name
+    with gzip.open(os.path.join(r.path(archive_dir), "metrics.jsonl.gz")) as f:
+      with open(os.path.join(r.path(study_dir), "metrics.jsonl"), "rb") as g:
+        assert f.read() == g.read()
+  with open(os.path.join(archive_dir, "study.json")) as f:
+    assert json.load(f)["ledger"] == books.ledger
+  # A fresh machine: no study directory, only the archive.
+  fresh, out = str(tmp_path / "fresh"), str(tmp_path / "out")
+  result = run_report("--preset=quick", f"--study_dir={fresh}",
+                      f"--output_dir={out}", f"--archive_dir={archive_dir}",
+                      "--report_only")
+  assert result.returncode == 0, result.stderr
+  assert f"{len(p.runs)} completed runs restored" in result.stdout
+  assert runner.Study(fresh).ledger == books.ledger
+  sections.write(sections.Context.build(p, books, output_dir,
+                                        ("thesis", 5.0)))
+  with open(os.path.join(output_dir, "REPORT.md")) as f:
+    here = f.read()
+  with open(os.path.join(out, "REPORT.md")) as f:
+    there = f.read()
+  # The same report, but for the study directory it names.
+  assert there == here.replace(study_dir, fresh)
+  # A damaged archive ends in one line.
+  first = os.path.join(p.runs[0].path(archive_dir), "metrics.jsonl.gz")
+  with open(first, "r+b") as f:
+    f.truncate(20)
+  result = run_report("--preset=quick", f"--study_dir={tmp_path / 'again'}",
+                      f"--archive_dir={archive_dir}", "--report_only")
+  assert result.returncode != 0
+  assert result.stderr.strip().count("\n") == 0, result.stderr
+  assert "--archive_dir" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_a_cell_below_five_windows_is_not_shown(tmp_path):
   quick = design.preset("quick")
   runs = tuple(r._replace(epochs=0.5) for r in quick.runs
@@ -298,7 +342,8 @@ def test_a_cell_below_five_windows_is_not_shown(tmp_path):
 def test_a_study_of_another_preset_is_refused(study):
   study_dir, output_dir, _ = study
   result = run_report("--preset=cpu", f"--study_dir={study_dir}",
-                      f"--output_dir={output_dir}", timeout=60)
+                      f"--output_dir={output_dir}", "--archive_dir=",
+                      timeout=60)
   assert result.returncode == 2
   assert "holds a --preset=quick study" in result.stderr
   assert result.stderr.strip().count("\n") == 0
@@ -335,7 +380,9 @@ def test_ctrl_c_keeps_the_report_and_the_same_command_resumes(tmp_path):
     (["--report_only"], "holds no study"),
 ])
 def test_bad_flags_are_one_line(tmp_path, args, message):
-  result = run_report(f"--study_dir={tmp_path}", *args, timeout=60)
+  # No archive: the committed one would otherwise be restored.
+  result = run_report(f"--study_dir={tmp_path}", "--archive_dir=", *args,
+                      timeout=60)
   assert result.returncode == 2
   assert "Traceback" not in result.stderr
   assert result.stderr.strip().count("\n") == 0, result.stderr
