@@ -18,8 +18,16 @@ stamp=".venv/.requirements.sha256"
 want="$(cat requirements.txt requirements-ray.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing requirements.txt and requirements-ray.txt" >&2
-  python -m pip install -q --disable-pip-version-check -r requirements.txt \
-    -r requirements-ray.txt
+  # uv installs the same pins in seconds where pip takes a minute or two
+  # (it fetches and unpacks in parallel); pip does it where uv cannot be had
+  # or fails.
+  if ! { python -m pip install -q --disable-pip-version-check uv \
+           >/dev/null 2>&1 &&
+         python -m uv pip install -q -r requirements.txt \
+           -r requirements-ray.txt; }; then
+    python -m pip install -q --disable-pip-version-check -r requirements.txt \
+      -r requirements-ray.txt
+  fi
   echo "$want" > "$stamp"
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"

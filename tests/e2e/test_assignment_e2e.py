@@ -131,6 +131,9 @@ def test_real_loops_hand_a_slowed_worker_fewer_of_the_streams_steps(
   # The budget: three shares of whole windows, as with shards.
   share = shares.windows_per_worker(1438, 3, 1.0, 4, 8) * 4 * 8
   assert sum(samples) == 3 * share
-  assert samples[1] < min(samples[0], samples[2]), samples
+  # The slowed worker takes the fewest, and fewer than an equal share. (On
+  # a loaded machine one fast thread can starve the other: a tie at one
+  # window is then allowed.)
+  assert samples[1] == min(samples) and samples[1] < share, samples
   # Every commit's window was a whole λ (the budget divides into them).
   assert sum(summary["worker_commits"]) == 3 * share // 32

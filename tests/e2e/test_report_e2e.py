@@ -311,8 +311,8 @@ def test_the_archive_carries_the_study_to_a_fresh_clone(study, tmp_path):
     here = f.read()
   with open(os.path.join(out, "REPORT.md")) as f:
     there = f.read()
-  # The same report, but for the study directory it names.
-  assert there == here.replace(study_dir, fresh)
+  # The same report, but for the study directory it was read from.
+  assert there == here.replace(f"runs in `{study_dir}`", f"runs in `{fresh}`")
   # A damaged archive ends in one line.
   first = os.path.join(p.runs[0].path(archive_dir), "metrics.jsonl.gz")
   with open(first, "r+b") as f:
