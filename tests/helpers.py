@@ -121,35 +121,39 @@ def metrics_rows(workdir, kinds=None):
   return [r for r in rows if kinds is None or r["event"] in kinds]
 
 
-def train_with_two_failures(train, config, window=5, clock=30):
-  """Trains `config` while worker 0 raises at window `window` and worker 1's process is SIGKILLed at commit `clock`.
+def train_with_two_failures(train, config, window=5, clock=30, raises=0,
+                            killed=1):
+  """Trains `config` while worker `raises` raises at window `window` and worker `killed`'s process is SIGKILLed at commit `clock`.
 
   Args:
     train: `agn_jax.runtime.train`.
     config: a `TrainConfig` that allows the two restarts.
-    window: the window (over worker 0's whole share) at which it raises.
-    clock: the first commit clock at which worker 1 is SIGKILLed (once
-      pids.json names it).
+    window: the window (over the raising worker's whole share) at which it
+      raises.
+    clock: the first commit clock at which the other worker is SIGKILLed
+      (once pids.json names it).
+    raises, killed: the two workers.
 
   Returns:
-    `(summary, killed)`: the run's summary and the pids SIGKILLed.
+    `(summary, pids)`: the run's summary and the pids SIGKILLed.
   """
   workdir = pathlib.Path(config.workdir)
-  killed = []
+  pids = []
 
-  def kill_worker_1(event):
-    if event["event"] != "commit" or event["clock"] < clock or killed:
+  def kill(event):
+    if event["event"] != "commit" or event["clock"] < clock or pids:
       return
     try:
-      pid = json.loads((workdir / "pids.json").read_text())["workers"][1]
+      pid = json.loads((workdir / "pids.json").read_text())["workers"][killed]
     except FileNotFoundError:  # Not every part's process known yet.
       return
     os.kill(pid, signal.SIGKILL)
-    killed.append(pid)
+    pids.append(pid)
 
-  summary = train(config, progress=kill_worker_1,
-                  faults=Faults(fault=Fault("raise", worker=0, window=window)))
-  return summary, killed
+  summary = train(config, progress=kill,
+                  faults=Faults(fault=Fault("raise", worker=raises,
+                                            window=window)))
+  return summary, pids
 
 
 def train_in_process(config, faults=None):

@@ -311,8 +311,9 @@ def test_the_archive_carries_the_study_to_a_fresh_clone(study, tmp_path):
     here = f.read()
   with open(os.path.join(out, "REPORT.md")) as f:
     there = f.read()
-  # The same report, but for the study directory it was read from.
-  assert there == here.replace(f"runs in `{study_dir}`", f"runs in `{fresh}`")
+  # The same report, but for the study directory it reads the runs from.
+  assert (there.replace(fresh, "STUDY").replace(study_dir, "STUDY") ==
+          here.replace(study_dir, "STUDY"))
   # A damaged archive ends in one line.
   first = os.path.join(p.runs[0].path(archive_dir), "metrics.jsonl.gz")
   with open(first, "r+b") as f:
