@@ -15,8 +15,8 @@ import pytest
 from agn_jax import instruments
 from agn_jax.config import TrainConfig
 from experiments import flags as flags_lib
-from helpers import (REPO, assert_one_line_error, run_cli, snapshot,
-                     train_here)
+from helpers import (REPO, assert_nothing_left, assert_one_line_error, run_cli,
+                     snapshot, train_here)
 
 
 ROOT = str(REPO)
@@ -379,6 +379,7 @@ def test_sigterm_exits_143(tmp_path):
   assert stderr.strip().splitlines()[-1].startswith("train: error: terminated")
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["interrupted"] is True
+  assert_nothing_left(workdir)  # Every process it spawned, and its segments.
 
 
 @pytest.mark.parametrize("exception, code", [

@@ -187,12 +187,13 @@ _INTERRUPTIBLE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("signum", [
-    # soak: [SIGTERM] covers a signal to the launcher ending every process
-    # in the suite, and tests/e2e/test_reliability.py's
-    # test_sigint_ends_the_cli_within_10_s_with_a_final_checkpoint SIGINT's.
-    pytest.param(signal.SIGINT, marks=pytest.mark.soak),
-    signal.SIGTERM])
+# soak: tests/e2e/test_cli.py's test_sigterm_exits_143 covers SIGTERM to a
+# launcher (the CLI, whose "terminated" line comes from the same Terminated)
+# ending every process, and tests/e2e/test_reliability.py's
+# test_sigint_ends_the_cli_within_10_s_with_a_final_checkpoint SIGINT
+# during training, in the suite.
+@pytest.mark.soak
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_the_launcher_ends_every_process(tmp_path, signum):
   script = tmp_path / "interruptible.py"
   script.write_text(_INTERRUPTIBLE)
