@@ -20,10 +20,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing requirements.txt and requirements-ray.txt" >&2
   # uv installs the same pins in seconds where pip takes a minute or two
   # (it fetches and unpacks in parallel); pip does it where uv cannot be had
-  # or fails.
+  # or fails. Both compile the bytecode once here: where
+  # PYTHONDONTWRITEBYTECODE is set, every process of a run (and of the
+  # tests) would otherwise compile JAX's sources anew on import.
   if ! { python -m pip install -q --disable-pip-version-check uv \
            >/dev/null 2>&1 &&
-         python -m uv pip install -q -r requirements.txt \
+         python -m uv pip install -q --compile-bytecode -r requirements.txt \
            -r requirements-ray.txt; }; then
     python -m pip install -q --disable-pip-version-check -r requirements.txt \
       -r requirements-ray.txt
