@@ -11,7 +11,7 @@ on a fresh clone, and the report regenerate from the repository alone:
 completed run the archive lacks into the archive.
 
 Example:
-  >>> import json, os, tempfile
+  >>> import os, tempfile
   >>> from experiments.report import design
   >>> run = design.preset("quick").runs[0]
   >>> study_dir, archive_dir = tempfile.mkdtemp(), tempfile.mkdtemp()
@@ -39,11 +39,11 @@ import shutil
 from typing import Dict, Tuple
 
 from agn_jax import workdir as workdir_lib
-from agn_jax.runtime import events
 from experiments import sweep as sweep_lib
 from experiments.report import design
 
 ARCHIVE = "study"
+# The study's books keep their name in the archive (`runner.STUDY_FILE`).
 BOOKS = "study.json"
 ROWS = "metrics.jsonl"
 # summary.json goes last: an archived run is whole once its summary is there.
@@ -159,12 +159,5 @@ def sync(p: design.Preset, study) -> Tuple[int, int]:
       study.data[key] = books[key]
   saved = sum(save(r.path(study.dir), r.path(archive_dir)) for r in p.runs)
   if study.preset is not None and (restored or saved or books != study.data):
-    study.save()
+    study.save()  # Into the study directory and the archive.
   return restored, saved
-
-
-def save_books(study, archive_dir: str) -> None:
-  """Writes the study's books into the archive."""
-  os.makedirs(archive_dir, exist_ok=True)
-  sweep_lib.write_report(os.path.join(archive_dir, BOOKS),
-                         events.strict_json(study.data, indent=2) + "\n")

@@ -32,7 +32,7 @@ from experiments import sweep as sweep_lib
 from experiments.report import archive
 from experiments.report import design
 
-STUDY_FILE = "study.json"
+STUDY_FILE = archive.BOOKS
 
 
 class Study:
@@ -81,11 +81,11 @@ class Study:
     self.save()
 
   def save(self) -> None:
-    os.makedirs(self.dir, exist_ok=True)
-    sweep_lib.write_report(self.path,
-                           events.strict_json(self.data, indent=2) + "\n")
-    if self.archive_dir:
-      archive.save_books(self, self.archive_dir)
+    """Writes the books into the study directory, and into the archive if any."""
+    text = events.strict_json(self.data, indent=2) + "\n"
+    for directory in filter(None, (self.dir, self.archive_dir)):
+      os.makedirs(directory, exist_ok=True)
+      sweep_lib.write_report(os.path.join(directory, STUDY_FILE), text)
 
 
 def where() -> Dict[str, str]:
