@@ -67,15 +67,26 @@ def _create(path: str) -> None:
     raise WorkdirError(f"cannot create workdir {path}: {_reason(e)}") from None
 
 
-def _read_holder(dir_fd: int) -> Dict[str, object]:
-  try:
-    fd = os.open(LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 dir_fd=dir_fd)
-    with os.fdopen(fd, "rb") as f:
-      holder = json.loads(f.read(65536).decode("utf-8", "replace"))
-    return holder if isinstance(holder, dict) else {}
-  except (OSError, ValueError):
-    return {}  # Not written yet (the holder has only just locked it).
+def _read_holder(dir_fd: int, wait: float = 2.0) -> Dict[str, object]:
+  """What the lock's holder wrote in it; {} if nothing readable within `wait` seconds.
+
+  A holder locks the file first and writes its record next: a run refused
+  in between waits for the record rather than say "pid unknown".
+  """
+  deadline = time.monotonic() + wait
+  while True:
+    try:
+      fd = os.open(LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   dir_fd=dir_fd)
+      with os.fdopen(fd, "rb") as f:
+        holder = json.loads(f.read(65536).decode("utf-8", "replace"))
+      if isinstance(holder, dict) and holder:
+        return holder
+    except (OSError, ValueError):
+      pass  # Not written yet (the holder has only just locked it).
+    if time.monotonic() >= deadline:
+      return {}
+    time.sleep(0.01)
 
 
 def describe(holder: Dict[str, object]) -> str:

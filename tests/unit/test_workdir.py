@@ -127,3 +127,24 @@ def test_a_dead_runs_segments_and_semaphores_are_unlinked_a_live_ones_not(
   finally:
     segment.close()
     segment.unlink()
+
+
+def test_a_run_refused_before_the_holder_wrote_its_record_waits_for_it(
+    tmp_path):
+  # The holder has locked the file but not yet written its pid (a real
+  # holder does that next): the refusal names the pid once written.
+  import fcntl
+  import threading
+  path = tmp_path / "run"
+  path.mkdir()
+  fd = os.open(path / workdir_lib.LOCK_NAME, os.O_RDWR | os.O_CREAT)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    writer = threading.Timer(0.3, lambda: os.pwrite(
+        fd, b'{"pid": 4242, "host": "h", "command": "c"}\n', 0))
+    writer.start()
+    with pytest.raises(workdir_lib.WorkdirBusy, match="pid 4242 on h"):
+      workdir_lib.lock_workdir(str(path), create=False, owner="me")
+    writer.join()
+  finally:
+    os.close(fd)
