@@ -9,6 +9,9 @@ the run. Every process of a run imports them from here
 `--model=tests.small_language_model:transformer`).
 """
 
+import flax.linen as nn
+import jax.numpy as jnp
+
 from agn_jax import data
 from agn_jax import transformer as transformer_lib
 
@@ -27,3 +30,24 @@ def transformer(num_classes, input_shape):
   return transformer_lib.create_transformer(
       input_shape[0], d_model=16, num_layers=1, num_heads=2,
       vocab_size=num_classes)
+
+
+
+class Bigram(nn.Module):
+  """Each byte's next from that byte alone: an 8-wide embedding, then the logits."""
+  vocab_size: int
+
+  @nn.compact
+  def __call__(self, tokens):
+    x = nn.Embed(self.vocab_size, 8)(jnp.asarray(tokens).astype(jnp.int32))
+    return nn.Dense(self.vocab_size)(x)
+
+
+def bigram(num_classes, input_shape):
+  """A bigram model of the task's bytes (`Bigram`): no attention, a second to compile.
+
+  For tests that need many runs of the task rather than a transformer (the
+  report's language-model section).
+  """
+  del input_shape
+  return Bigram(num_classes)

@@ -50,8 +50,9 @@ DOWNPOUR_OPTIMIZERS = (("adam", 1e-3), ("adagrad", 1e-2), ("sgd", 1e-2))
 # RQ1: AGN with its normalization on against off ("DOWNPOUR with
 # accumulation": the accumulated delta committed whole).
 NORMALIZED, UNNORMALIZED = "normalized", "unnormalized"
-# Methods after the paper (issue: beyond the paper), under heterogeneous speeds.
-BEYOND = "beyond"
+# Methods after the paper (issue: beyond the paper), under heterogeneous speeds,
+# on MNIST and on the language model (`language_model`).
+BEYOND, BEYOND_LM = "beyond", "beyond_lm"
 HETEROGENEOUS_SPEEDS = "lognormal:0.5"
 # The beyond section's variants: plain AGN and AEASGD, DN (its N is
 # the cell's n: one momentum update per n commits) and DyLU.
@@ -74,7 +75,7 @@ MIN_WINDOWS = 5
 # Every section that owns runs, in the order `--sections` and the ledger list
 # them.
 RUN_SECTIONS = (GRID, DOWNPOUR, NORMALIZATION, MECHANISM, DYNSGD, ABLATION,
-                DILOCO, SENSITIVITY, BEYOND)
+                DILOCO, SENSITIVITY, BEYOND, BEYOND_LM)
 # The mechanism section's methods: AGN normalized and not (both at the
 # section's λ), and DOWNPOUR, a commit after every local step (λ = 1: AGN
 # and DOWNPOUR are then the same rule), all with Adam 1e-3.
@@ -104,6 +105,8 @@ class RunSpec(NamedTuple):
     variant: what sets it apart within its section ("" for none), part of
       its name.
     directory: the folder of the study it lives in (default: its section's).
+    examples: its dataset's training examples, where they are not the
+      preset's (`Preset.train_examples`); 0: the preset's.
   """
   section: str
   strategy: str
@@ -114,6 +117,7 @@ class RunSpec(NamedTuple):
   flags: Tuple[str, ...]
   variant: str = ""
   directory: str = ""
+  examples: int = 0
 
   @property
   def name(self) -> str:
@@ -198,11 +202,11 @@ class Preset(NamedTuple):
     return tuple(r for r in self.runs if r.section == section)
 
   def samples(self, run: RunSpec) -> float:
-    """Training samples of one run: epochs × training examples."""
-    return run.epochs * self.train_examples
+    """Training samples of one run: epochs × its dataset's training examples."""
+    return run.epochs * (run.examples or self.train_examples)
 
   def batch_size(self) -> int:
-    return int(_flag_value(self.runs[0].flags, "batch_size"))
+    return int(flag_value(self.runs[0].flags, "batch_size"))
 
 
 def flagfile(name: str) -> str:
@@ -220,7 +224,12 @@ def _parsed(flags: Tuple[str, ...]):
   return values
 
 
-def _flag_value(flags: Tuple[str, ...], name: str):
+def flag_value(flags: Tuple[str, ...], name: str):
+  """The value a run's flags give the train flag `name` (flagfiles read).
+
+  >>> flag_value(("--num_workers=3",), "num_workers")
+  3
+  """
   return _parsed(tuple(flags))[name].value
 
 
@@ -364,7 +373,7 @@ def mechanism_method(run: RunSpec) -> str:
   """Which of `MECHANISM_METHODS` a mechanism run is, from its flags."""
   if run.strategy != REFERENCE:
     return run.strategy
-  return (NORMALIZED if _flag_value(run.flags, "normalization") == "window"
+  return (NORMALIZED if flag_value(run.flags, "normalization") == "window"
           else UNNORMALIZED)
 
 
@@ -381,7 +390,7 @@ def mechanism_spec(p: "Preset", method: str, n: int, setting: str,
 
 def mechanism_setting(run: RunSpec) -> str:
   """A mechanism run's key in `MECHANISM_SETTINGS`, from its speed model."""
-  return (THESIS_SPEEDS if _flag_value(run.flags, "speed_model") ==
+  return (THESIS_SPEEDS if flag_value(run.flags, "speed_model") ==
           THESIS_SPEEDS else ROUND_ROBIN)
 
 
@@ -422,7 +431,7 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   AGN's); `headline_seeds` (default `seeds`) is the seeds of the first cell.
   """
   gap_epochs = ablation_epochs if gap_epochs is None else gap_epochs
-  batch = int(_flag_value(base, "batch_size"))
+  batch = int(flag_value(base, "batch_size"))
   headline_seeds = headline_seeds or seeds
   thesis_base = base + setting
 
@@ -553,9 +562,8 @@ def beyond_runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
   for n, l in cells:
     runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs, speeds, PLAIN))
     runs.append(RunSpec(BEYOND, BASELINE, n, l, 0, epochs, speeds, PLAIN))
-    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs, speeds + (
-        "--server_optimizer=delayed_nesterov", "--server_learning_rate=0.7",
-        "--server_momentum=0.9", f"--server_every={n}"), DN))
+    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs,
+                        speeds + delayed_nesterov_flags(n), DN))
     dylu.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs,
                         speeds + ("--dynamic_local_updates",), DYLU))
   n, l = cells[0]
@@ -564,6 +572,12 @@ def beyond_runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
                         speeds + (f"--commit_compression={codec}",),
                         codec_variant(codec)))
   return tuple(runs + dylu)
+
+
+def delayed_nesterov_flags(num_workers: int) -> Tuple[str, ...]:
+  """Delayed Nesterov at DiLoCo's outer settings, its momentum moved once per n commits."""
+  return ("--server_optimizer=delayed_nesterov", "--server_learning_rate=0.7",
+          "--server_momentum=0.9", f"--server_every={num_workers}")
 
 
 def codec_variant(codec: str) -> str:
@@ -658,14 +672,18 @@ def preset(name: str) -> Preset:
                       dynsgd_cells=((40, 40), (10, 10)),
                       mechanism=CPU_MECHANISM))
   if name == "beyond":
+    from experiments.report import language_model  # pylint: disable=g-import-not-at-top
     cells = ((40, 40), (40, 10))
+    # The language model's runs first: the hour they take is the study's
+    # newest question.
     return Preset(
         name, "methods after the paper (Delayed Nesterov, Dynamic Local "
         "Updates, compressed commits) beside AGN and AEASGD under "
-        f"`--speed_model={HETEROGENEOUS_SPEEDS}`, at two cells of the paper's "
-        "grid at its full budget, one seed, on this CPU",
-        beyond_runs(paper_base, cells, 40.0), (40,), (10, 40), 1, 60000,
-        cells[0], 4)
+        f"`--speed_model={HETEROGENEOUS_SPEEDS}`: on the next-byte language "
+        "model (n = 8, λ = 10, 2 seeds), and at two cells of the paper's "
+        "grid at its full budget (one seed), on this CPU",
+        language_model.runs() + beyond_runs(paper_base, cells, 40.0), (40,),
+        (10, 40), 1, 60000, cells[0], 4)
   if name == "quick":
     quick_base = (flagfile("report_quick.flags"),)
     p = _grid_and_extras(

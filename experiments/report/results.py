@@ -51,12 +51,18 @@ def time_base(run: curves.Run) -> str:
 
 def final_train_accuracy(run: curves.Run) -> Optional[float]:
   """Mean over workers of their last mini-batch's accuracy."""
+  return final_train_metric(run, "accuracy")
+
+
+def final_train_metric(run: curves.Run, metric: str) -> Optional[float]:
+  """Mean over workers of `metric` on their last mini-batch (`step_<metric>` of their last commits)."""
   commits = run.commits
-  if not len(commits["worker"]):
+  steps_of = commits.get(f"step_{metric}")
+  if not len(commits["worker"]) or steps_of is None:
     return None
   last = {}
   for worker, clock, steps in zip(commits["worker"], commits["clock"],
-                                  commits["step_accuracy"]):
+                                  steps_of):
     if len(steps) and (worker not in last or clock > last[worker][0]):
       last[worker] = (clock, float(steps[-1]))
   return float(np.mean([a for _, a in last.values()])) if last else None

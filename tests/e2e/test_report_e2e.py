@@ -251,6 +251,109 @@ def test_the_beyond_section_rows_come_from_its_runs(study):
     assert f"]({name})" in part
 
 
+def test_the_language_model_section_rows_come_from_its_runs(study, tmp_path):
+  # The beyond preset's language-model design on the suite's shrink of the
+  # task (tests/small_language_model.py, its bigram model: a transformer
+  # would compile for 10 s a run), 2 seeds at n = 2, λ = 2, beside
+  # the quick study's MNIST beyond runs, copied in: every figure of a row
+  # from the runs' summaries, each verdict by its rule by hand.
+  # pylint: disable=g-import-not-at-top
+  import math
+  import numpy as np
+  from experiments import compare, curves
+  from experiments.report import language_model
+  from experiments.report.sections import beyond
+  from experiments.report.sections import language_model as lm_section
+  from helpers import shakespeare_data_dir
+  # pylint: enable=g-import-not-at-top
+  corpus = shakespeare_data_dir(tmp_path / "corpus")
+  workload = ("--task=next_token",
+              "--model=tests.small_language_model:bigram",
+              "--dataset=tests.small_language_model:load",
+              "--dataset_size=32", "--backend=simulated", "--cluster=none",
+              "--speed_model=lognormal:0.5", "--data_assignment=stream",
+              "--batch_size=4", "--eval_every_rounds=1", "--nocheckpoints",
+              "--noplots") + ((f"--data_dir={corpus}",) if corpus else ())
+  lm = language_model.runs(workload, (2, 2), 1.0, 2, examples=32)
+  assert [r.name for r in lm[:4]] == [
+      "agn-n2-l2-s0-plain", "aeasgd-n2-l2-s0-plain", "agn-n2-l2-s0-dn",
+      "agn-n2-l2-s0-dylu"] and len(lm) == 8
+  quick = design.preset("quick")
+  p = design.preset("beyond")._replace(
+      runs=lm + quick.section_runs(design.BEYOND))
+  study_dir = tmp_path / "study"
+  shutil.copytree(os.path.join(study[0], "beyond"), study_dir / "beyond")
+  books = runner.Study(str(study_dir))
+  assert not runner.run_all(p, books, show_progress=False, log=lambda _: None)
+  # E train's window in the runs' modeled time (local steps): these runs
+  # are a few steps long.
+  window = 0.5
+  ctx = sections.Context.build(p, books, str(tmp_path / "out"),
+                               ("thesis", window))
+  text = open(sections.write(ctx)).read()
+  part = section(text, "Beyond the paper on a language model")
+  assert "8 of 8 completed" in part
+
+  def run(name):
+    return curves.read_run(str(study_dir / design.BEYOND_LM / name))
+
+  def bpb(name):
+    s = summary(str(study_dir), design.BEYOND_LM, name)
+    assert s["config"]["data_assignment"] == "stream"
+    assert s["config"]["speed_model"] == design.HETEROGENEOUS_SPEEDS
+    return s["final_test_bits_per_byte"]
+
+  def e(a, b, key):
+    return compare.efficiency(run(a), run(b), window, "simulated",
+                              "thesis")[key]
+
+  def mean(values):
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+  plain = [bpb(f"agn-n2-l2-s{s}-plain") for s in (0, 1)]
+  rows = part.splitlines()
+  for label, strategy, variant in (
+      ("| AGN + Delayed Nesterov |", "agn", "dn"),
+      ("| AGN + Dynamic Local Updates |", "agn", "dylu"),
+      ("| AEASGD |", "aeasgd", "plain")):
+    names = [f"{strategy}-n2-l2-s{s}-{variant}" for s in (0, 1)]
+    values = [bpb(n) for n in names]
+    row = next(line for line in rows if line.startswith(label))
+    cells_ = [c.strip() for c in row.strip("|").split("|")]
+    assert cells_[2] == f"{values[0]:.3f} / {values[1]:.3f}", row
+    assert cells_[3] == f"{np.mean(values):.3f}", row
+    e_test = mean([e(n, f"agn-n2-l2-s{s}-plain", "test")
+                   for s, n in enumerate(names)])
+    e_train = mean([e(n, f"agn-n2-l2-s{s}-plain", "train")
+                    for s, n in enumerate(names)])
+    assert e_test is not None and e_train is not None
+    assert cells_[6] == f"{e_train:.3f}" and cells_[7] == f"{e_test:.3f}"
+    # The rules (lower bits per byte is better), by hand.
+    worse = np.mean(values) > np.mean(plain) + 0.02
+    if strategy == "aeasgd":
+      want = "supported" if 1 / e_train > 1 else "not supported"
+    elif variant == "dn":
+      want = ("not supported" if worse else
+              "supported" if e_test >= 1 else "inconclusive")
+    else:
+      want = ("not supported" if worse else "supported" if e_test > 1 else
+              "not supported" if e_test < 1 else "inconclusive")
+    assert cells_[9] == want, row
+    # The MNIST verdict of the same claim at the quick study's cell (4, 4).
+    claim = cells_[1]
+    mnist = beyond.verdicts(ctx, (4, 4))[claim]
+    assert cells_[10] == f"n = 4, λ = 4: {mnist}", row
+    assert cells_[11] == lm_section.agreement(want, {(4, 4): mnist})
+    if cells_[11].startswith("disagrees"):
+      assert f"- **{claim}**: {want} on the language model" in part
+  # Plain AGN trained: the center's bits per byte went down.
+  for s in (0, 1):
+    _, values = curves.eval_curve(run(f"agn-n2-l2-s{s}-plain"), "simulated")
+    assert math.isfinite(plain[s]) and plain[s] < values[0]
+  assert os.path.getsize(tmp_path / "out" / "beyond-language-model.png") > 1000
+
+
 def test_completed_runs_keep_no_checkpoint_and_the_ledger_counts_them(study):
   study_dir, _, _ = study
   books = runner.Study(study_dir)

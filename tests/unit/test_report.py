@@ -288,8 +288,10 @@ def test_every_cell_of_every_preset_has_at_least_five_windows(name):
 def test_beyond_preset_is_the_issue_s_section_at_the_full_budget():
   p = design.preset("beyond")
   runs = p.section_runs(design.BEYOND)
-  # Two cells × (AGN, AEASGD, AGN + DN, AGN + DyLU), and three codecs.
-  assert len(runs) == len(p.runs) == 2 * 4 + 3
+  # Two cells × (AGN, AEASGD, AGN + DN, AGN + DyLU), and three codecs; the
+  # language model's 8 runs first.
+  assert len(runs) == 2 * 4 + 3
+  assert p.runs[8:] == runs
   assert {r.cell for r in runs} == {(40, 40), (40, 10)}
   for r in runs:
     assert r.epochs == 40 and p.train_examples == 60000
@@ -309,6 +311,59 @@ def test_beyond_preset_is_the_issue_s_section_at_the_full_budget():
                 if f.startswith("--commit_compression=")) == [
                     "--commit_compression=bf16", "--commit_compression=int8",
                     "--commit_compression=topk:0.1"]
+
+
+def test_the_language_model_part_is_one_cell_two_seeds_an_equal_token_budget():
+  from experiments.report import language_model
+  p = design.preset("beyond")
+  lm = p.section_runs(design.BEYOND_LM)
+  assert p.runs[:8] == lm
+  assert {(r.strategy, r.variant) for r in lm} == {
+      ("agn", "plain"), ("aeasgd", "plain"), ("agn", "dn"), ("agn", "dylu")}
+  assert sorted(r.seed for r in lm) == [0] * 4 + [1] * 4
+  for r in lm:
+    assert r.cell == (8, 10) and r.epochs == 0.5
+    # The same token budget: half of the 35,408 training windows.
+    assert p.samples(r) == 0.5 * 35408
+    flags = r.argv()
+    for f in ("--task=next_token", "--model=transformer",
+              "--dataset=experiments.report.language_model:load",
+              "--data_assignment=stream", "--speed_model=lognormal:0.5",
+              "--backend=simulated", "--batch_size=16"):
+      assert f in flags, (r.name, f)
+  dn = next(r for r in lm if r.variant == "dn").flags
+  assert "--server_every=8" in dn and "--server_learning_rate=0.7" in dn
+  assert "--dynamic_local_updates" in next(
+      r for r in lm if r.variant == "dylu").flags
+  # Every run's flags are accepted as the train CLI's: parsed, validated.
+  from experiments import flags as flags_lib
+  from absl import flags as absl_flags
+  for r in lm:
+    values = absl_flags.FlagValues()
+    flags_lib.define_train_flags(values)
+    values(["train", *r.argv()])
+    config = flags_lib.config_from_flags(values)
+    config.validate()
+    assert (config.task, config.model, config.num_workers) == (
+        "next_token", "transformer", 8)
+
+
+@pytest.mark.parametrize("variant, strategy, value, e, expected", [
+    # Lower bits per byte is better; "as good" within 0.02 of plain's 3.00.
+    ("dn", "agn", 3.019, {"test": 1.0}, "supported"),
+    ("dn", "agn", 3.021, {"test": 1.3}, "not supported"),
+    ("dn", "agn", 2.90, {"test": 0.99}, "inconclusive"),
+    ("dylu", "agn", 2.95, {"test": 1.01}, "supported"),
+    ("dylu", "agn", 2.95, {"test": 0.99}, "not supported"),
+    ("dylu", "agn", 3.03, {"test": 1.5}, "not supported"),
+    ("plain", "aeasgd", 3.5, {"train": 0.9}, "supported"),
+])
+def test_the_language_model_verdicts_follow_their_rules(variant, strategy,
+                                                        value, e, expected):
+  from experiments.report.sections import beyond
+  from experiments.report.sections import language_model as section_lm
+  assert beyond.rule_verdict(variant, strategy, value, 3.0, e,
+                             section_lm.TOLERANCE, higher=False) == expected
 
 
 def _figures(test_accuracy):
@@ -357,13 +412,18 @@ def report_without_runs(name, tmp_path):
 def test_a_beyond_study_without_runs_reports_only_its_section(tmp_path):
   text = report_without_runs("beyond", tmp_path)
   titles = re.findall(r"^## (.*)$", text, re.M)
-  assert titles == ["Beyond the paper: Delayed Nesterov, Dynamic Local "
-                    "Updates and compressed commits", "Compute ledger"]
+  assert titles == ["Beyond the paper on a language model: next-byte "
+                    "prediction", "Beyond the paper: Delayed Nesterov, "
+                    "Dynamic Local Updates and compressed commits",
+                    "Compute ledger"]
+  assert "**Runs:** 0 of 8 completed" in text
   assert "**Runs:** 0 of 11 completed" in text
-  # Every method row and codec row waits for its runs.
-  assert text.count("inconclusive (not run yet)") == 2 * 3 + 3
+  # Every method row and codec row waits for its runs: the language
+  # model's 3 (each beside its claim's 2 MNIST cells), MNIST's 2 × 3 and 3.
+  assert text.count("inconclusive (not run yet)") == 3 * (1 + 2) + 2 * 3 + 3
   ledger = section(text, "Compute ledger")
   assert "| beyond | 0 of 11 |" in ledger and "| grid |" not in ledger
+  assert "| beyond_lm | 0 of 8 |" in ledger
 
 
 def test_quick_preset_counts_the_digits_it_trains_on():

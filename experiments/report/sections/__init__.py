@@ -185,6 +185,7 @@ def write(ctx: Context) -> str:
   from experiments.report.sections import sensitivity
   from experiments.report.sections import staleness
   from experiments.report.sections import beyond
+  from experiments.report.sections import language_model
   # pylint: enable=g-import-not-at-top
   os.makedirs(ctx.output_dir, exist_ok=True)
   p = ctx.preset
@@ -199,7 +200,7 @@ def write(ctx: Context) -> str:
             + (" **This is the test's shrink; it says nothing about the "
                "paper.**" if p.name == "quick" else ""), ""]
   if p.name == "beyond":
-    order = (beyond, ledger)
+    order = (language_model, beyond, ledger)
   else:
     lines += claims.render(ctx)
     lines += questions.render(ctx)

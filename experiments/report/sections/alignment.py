@@ -180,7 +180,7 @@ def render(ctx: Context) -> List[str]:
     return []
   first = specs[design.NORMALIZED][0]
   seeds = ctx.preset.mechanism.cosine_seeds
-  every = {m: design._flag_value(v[0].flags, "diagnostics_every")  # pylint: disable=protected-access
+  every = {m: design.flag_value(v[0].flags, "diagnostics_every")
            for m, v in specs.items()}
   lines = [heading(RQ, TITLE), ""]
   lines += runs_line(ctx, [s for v in specs.values() for s in v])

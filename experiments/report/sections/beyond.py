@@ -59,12 +59,26 @@ RULES = (
 )
 
 
-def _accuracy_rule(a: Optional[float], b: Optional[float], e: Optional[float],
-                   strict: bool) -> str:
-  """Verdict of 'a at least b (− POINTS)' with E(a, b) ≥ 1 (> 1 if strict)."""
+def at_least_as_good(a: Optional[float], b: Optional[float],
+                     e: Optional[float], strict: bool,
+                     tolerance: float = POINTS, higher: bool = True) -> str:
+  """Verdict of 'a at least as good as b (within `tolerance`)' with E(a, b) ≥ 1 (> 1 if strict).
+
+  `higher`: whether a higher value of the metric is better (accuracy) or
+  a lower one (bits per byte).
+
+  >>> at_least_as_good(0.95, 0.952, 1.02, strict=False)
+  'supported'
+  >>> at_least_as_good(3.10, 3.05, 1.2, strict=True, tolerance=0.02,
+  ...                  higher=False)
+  'not supported'
+  >>> at_least_as_good(3.06, 3.05, 0.98, strict=False, tolerance=0.02,
+  ...                  higher=False)
+  'inconclusive'
+  """
   if a is None or b is None:
     return INCONCLUSIVE + " (not run yet)"
-  if a < b - POINTS:
+  if (a < b - tolerance) if higher else (a > b + tolerance):
     return NOT_SUPPORTED
   if e is None:
     return INCONCLUSIVE
@@ -79,19 +93,50 @@ def verdict(variant: str, strategy: str, method: Optional[results_lib.Figures],
   """A method row's verdict by `RULES` (`e`: E(method, plain AGN))."""
   if method is None or plain is None:
     return INCONCLUSIVE + " (not run yet)"
+  return rule_verdict(variant, strategy, method.test_accuracy,
+                      plain.test_accuracy, e)
+
+
+def rule_verdict(variant: str, strategy: str, value: Optional[float],
+                 plain: Optional[float], e: dict, tolerance: float = POINTS,
+                 higher: bool = True) -> str:
+  """The verdict of `RULES`' claim for a method's final test `value` against plain AGN's.
+
+  Args:
+    variant, strategy: the method (`METHODS`).
+    value, plain: the final test metric of the method and of plain AGN.
+    e: E(method, plain AGN), `{"train": ..., "test": ...}`.
+    tolerance: "at least as good" within this much of the metric.
+    higher: whether a higher value of the metric is better.
+
+  >>> rule_verdict("plain", "aeasgd", 0.9, 0.95, {"train": 0.8})
+  'supported'
+  >>> rule_verdict("dylu", "agn", 2.9, 3.0, {"test": 1.1}, 0.02, False)
+  'supported'
+  """
   if strategy == design.BASELINE:
     # The paper's E is AGN's over AEASGD: the inverse of E(AEASGD, AGN).
     train = e.get("train")
     if train is None or train == 0:
       return INCONCLUSIVE
     return SUPPORTED if 1 / train > 1 else NOT_SUPPORTED
-  if variant == design.DN:
-    return _accuracy_rule(method.test_accuracy, plain.test_accuracy,
-                          e.get("test"), strict=False)
-  if variant == design.DYLU:
-    return _accuracy_rule(method.test_accuracy, plain.test_accuracy,
-                          e.get("test"), strict=True)
+  if variant in (design.DN, design.DYLU):
+    return at_least_as_good(value, plain, e.get("test"),
+                            strict=variant == design.DYLU,
+                            tolerance=tolerance, higher=higher)
   raise ValueError(f"no rule for {strategy} {variant}")
+
+
+def verdicts(ctx: Context, cell: Tuple[int, int]) -> dict:
+  """`{claim: verdict}` of every method at an MNIST cell (`METHODS`)."""
+  plain = _one(ctx, design.REFERENCE, cell, design.PLAIN)
+  found = {}
+  for strategy, variant, _, claim in METHODS:
+    f = _one(ctx, strategy, cell, variant)
+    e = (ctx.efficiency_of(f, plain) if f and plain else
+         {"train": None, "test": None})
+    found[claim] = verdict(variant, strategy, f, plain, e)
+  return found
 
 
 def codec_verdict(codec: Optional[results_lib.Figures],

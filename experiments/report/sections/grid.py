@@ -206,8 +206,8 @@ FIT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 def setting_lines(run: design.RunSpec) -> List[str]:
   """How the grid's data reached its workers and how fast they were."""
-  assignment = design._flag_value(run.flags, "data_assignment")  # pylint: disable=protected-access
-  speeds = design._flag_value(run.flags, "speed_model")  # pylint: disable=protected-access
+  assignment = design.flag_value(run.flags, "data_assignment")
+  speeds = design.flag_value(run.flags, "speed_model")
   text = (f"- **Setting:** `--data_assignment={assignment}`"
           + (" (each epoch a fresh seeded random 1/n slice of the data per "
              "worker, as the thesis' dist-keras repartitioned it)"

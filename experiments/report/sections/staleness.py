@@ -18,7 +18,7 @@ def sources(ctx: Context) -> List[Tuple[str, results_lib.Figures]]:
     specs = ctx.results.find(design.GRID, design.REFERENCE, cell)
     runs = ctx.results.seeds(design.GRID, design.REFERENCE, cell)
     if runs:
-      speeds = design._flag_value(specs[0].flags, "speed_model")  # pylint: disable=protected-access
+      speeds = design.flag_value(specs[0].flags, "speed_model")
       order = ("fitted cluster" if speeds == design.THESIS_SPEEDS else
                "round robin" if speeds == "constant" else speeds)
       out.append((f"grid n={cell[0]} λ={cell[1]}, {order}", runs[0]))
