@@ -57,6 +57,7 @@ from agn_jax.errors import CheckpointError, WorkdirBusy, WorkdirError
 from experiments import compare
 from experiments import curves
 from experiments import flags as flags_lib
+from experiments import rundirs
 from experiments import startup
 from experiments import train as train_lib
 
@@ -73,125 +74,9 @@ def run_dir(sweep_dir: str, strategy: str, num_workers: int,
                       f"{strategy}-n{num_workers}-l{communication_window}")
 
 
-# Which runs count.
-
-
-def _read_summary(workdir: str) -> Optional[dict]:
-  try:
-    with workdir_lib.safe_open(workdir, "summary.json") as f:
-      summary = json.load(f)
-  except (OSError, ValueError):
-    return None
-  return summary if isinstance(summary, dict) else None
-
-
-def _expected_commits(workdir: str) -> Optional[int]:
-  """The run's commit budget as its commit events record it (the last one's)."""
-  try:
-    with workdir_lib.safe_open(workdir, "metrics.jsonl", "rb") as f:
-      f.seek(0, os.SEEK_END)
-      f.seek(max(0, f.tell() - 65536))
-      lines = f.read().decode("utf-8", "replace").splitlines()
-  except (OSError, ValueError):
-    return None
-  for line in reversed(lines):
-    try:
-      event = json.loads(line)
-    except ValueError:
-      continue
-    if isinstance(event, dict) and event.get("event") == "commit":
-      expected = event.get("expected_commits")
-      return expected if isinstance(expected, int) else None
-  return None
-
-
-def _is_count(value) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def completed(workdir: str) -> bool:
-  """Whether the run in `workdir` trained its whole budget, by its summary.json.
-
-  The runtime's `"outcome"` field decides (completed, interrupted or
-  failed), else its `"completed"` field. Summaries without either (older
-  runs) count as completed only when not interrupted, every worker reported
-  its share done, and the commits made (applied + rejected) equal the budget
-  the run's commit events record.
-
-  Example:
-    >>> import json, os, tempfile
-    >>> d = tempfile.mkdtemp()
-    >>> with open(os.path.join(d, "summary.json"), "w") as f:
-    ...   json.dump({"completed": False, "interrupted": True}, f)
-    >>> completed(d)
-    False
-  """
-  summary = _read_summary(workdir)
-  if summary is None:
-    return False
-  if summary.get("outcome") is not None:
-    return summary["outcome"] == "completed"
-  if isinstance(summary.get("completed"), bool):
-    return summary["completed"]
-  if summary.get("interrupted") is not False:
-    return False
-  shares = summary.get("worker_commits")
-  if not isinstance(shares, list) or not shares or not all(
-      _is_count(c) for c in shares):
-    return False  # A worker never reported its share done.
-  applied = summary.get("num_commits")
-  rejected = summary.get("rejected_commits", 0)
-  if not _is_count(applied) or not _is_count(rejected):
-    return False
-  expected = _expected_commits(workdir)
-  return expected is not None and applied + rejected == sum(shares) == expected
-
-
-def _has_checkpoint(workdir: str) -> bool:
-  directory = os.path.join(workdir, "checkpoints")
-  return (os.path.isdir(directory) and not os.path.islink(directory) and any(
-      name.isdigit() for name in os.listdir(directory)))
-
-
-def cell_action(workdir: str) -> str:
-  """What `--resume` does with a cell's workdir.
-
-  Returns:
-    "keep" (it completed), "fresh" (nothing there yet), "resume" (it has a
-    checkpoint) or "restart" (it failed before its first checkpoint: run it
-    again from scratch).
-  """
-  if not os.path.isdir(workdir) or not workdir_lib.entries(workdir):
-    return "fresh"
-  if completed(workdir):
-    return "keep"
-  if _has_checkpoint(workdir):
-    return "resume"
-  return "restart"
-
-
-def move_aside(workdir: str) -> str:
-  """Renames a failed run's workdir to `<workdir>.failed-<k>`; returns the new name.
-
-  Only while holding the run's own lock: a workdir a live run holds is
-  never moved.
-
-  Raises:
-    WorkdirBusy: a live run holds `workdir`.
-  """
-  with workdir_lib.lock_workdir(workdir, create=False, owner="move aside"):
-    k = 1
-    while True:
-      target = f"{workdir}.failed-{k}"
-      if not os.path.lexists(target):
-        os.rename(workdir, target)
-        return target
-      k += 1
-
-
 def _read(workdir: str) -> Optional[compare.Run]:
   """The run, if it completed and can be read; a result counts only then."""
-  if not completed(workdir):
+  if not rundirs.completed(workdir):
     return None
   try:
     return compare.read_run(workdir)
@@ -499,15 +384,6 @@ def report(sweep_dir: str, strategies: Sequence[str],
   return "\n".join(lines)
 
 
-def write_report(path: str, text: str) -> None:
-  tmp = path + ".tmp"
-  if os.path.islink(tmp):
-    os.unlink(tmp)
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)  # A reader never sees half a table.
-
-
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """The training flags (every run's) plus the grid's."""
   # --strategy and --communication_window stay defined, so a train flagfile
@@ -633,22 +509,21 @@ def _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
                           windows[0], "", False)) for s in strategies}
 
   def update_report():
-    write_report(report_path, report(sweep_dir, strategies, num_workers,
-                                     windows, failed, command, configs,
-                                     FLAGS.time_base, FLAGS.efficiency_curve,
-                                     FLAGS.efficiency_window))
+    rundirs.write_report(report_path, report(
+        sweep_dir, strategies, num_workers, windows, failed, command, configs,
+        FLAGS.time_base, FLAGS.efficiency_curve, FLAGS.efficiency_window))
 
   for index, cell in enumerate(cells, 1):
     s, n, l = cell
     workdir = run_dir(sweep_dir, s, n, l)
-    action = cell_action(workdir)
+    action = rundirs.cell_action(workdir)
     if action == "keep":
       logging.info("[%d/%d] %s: completed earlier, kept", index, len(cells),
                    workdir)
       continue
     if action == "restart":
       try:
-        moved = move_aside(workdir)
+        moved = rundirs.move_aside(workdir)
       except (WorkdirBusy, WorkdirError) as e:  # A run of its own holds it.
         failed[cell] = " ".join(str(e).split())
         update_report()
@@ -663,7 +538,7 @@ def _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
                    l, workdir, attempt)
       outcome = _run_cell(program, runtime, config, argv, update_report)
       if (attempt == "resume" and isinstance(outcome, CheckpointError)):
-        moved = move_aside(workdir)
+        moved = rundirs.move_aside(workdir)
         logging.warning("%s: cannot resume (%s); its files are in %s, "
                         "running it again", workdir, outcome, moved)
         continue
@@ -671,8 +546,8 @@ def _sweep(program, runtime, sweep_dir, command, argv, typed, per_strategy,
     if isinstance(outcome, Exception):
       failed[cell] = " ".join(str(outcome).split())
       logging.error("%s failed: %s", _cell_name(cell), failed[cell])
-    elif not completed(workdir):
-      summary = _read_summary(workdir) or {}
+    elif not rundirs.completed(workdir):
+      summary = rundirs.read_summary(workdir) or {}
       how = summary.get("outcome") or "without completing its share"
       if summary.get("failure"):
         how += f": {summary['failure']}"

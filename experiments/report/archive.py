@@ -39,7 +39,7 @@ import shutil
 from typing import Dict, Tuple
 
 from agn_jax import workdir as workdir_lib
-from experiments import sweep as sweep_lib
+from experiments import rundirs
 from experiments.report import design
 
 ARCHIVE = "study"
@@ -62,7 +62,7 @@ def _stored(name: str) -> str:
 def archived(archive_path: str) -> bool:
   """Whether `archive_path` holds a whole completed run."""
   return (all(os.path.isfile(os.path.join(archive_path, _stored(n)))
-              for n in FILES) and sweep_lib.completed(archive_path))
+              for n in FILES) and rundirs.completed(archive_path))
 
 
 def _replace(path: str, write) -> None:
@@ -79,7 +79,7 @@ def save(run_path: str, archive_path: str) -> bool:
   The rows are gzipped with no name or time in the header, so the same
   run archives to the same bytes.
   """
-  if archived(archive_path) or not sweep_lib.completed(run_path):
+  if archived(archive_path) or not rundirs.completed(run_path):
     return False
   if not all(os.path.isfile(os.path.join(run_path, n)) for n in FILES):
     return False

@@ -16,7 +16,7 @@ from agn_jax import workdir as workdir_lib
 from agn_jax.errors import WorkdirBusy, WorkdirError
 from experiments import compare
 from experiments import flags as flags_lib
-from experiments import sweep as sweep_lib
+from experiments import rundirs
 from experiments.report import archive
 from experiments.report import design
 from experiments.report import runner
@@ -192,7 +192,7 @@ def quote_in_readme(report_path: str, readme: str = README) -> bool:
   end = text.index(CLAIMS_END)
   new = text[:start] + "\n" + table + "\n" + text[end:]
   if new != text:
-    sweep_lib.write_report(readme, new)
+    rundirs.write_report(readme, new)
   return new != text
 
 

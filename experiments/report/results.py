@@ -14,7 +14,7 @@ import numpy as np
 from agn_jax import metrics
 from experiments import compare
 from experiments import curves
-from experiments import sweep as sweep_lib
+from experiments import rundirs
 from experiments.report import design
 
 
@@ -99,7 +99,7 @@ class Results:
     path = spec.path(self.dir)
     if path not in self._cache:
       found = None
-      if sweep_lib.completed(path):
+      if rundirs.completed(path):
         try:
           found = figures(curves.read_run(path))
         except (curves.RunDirError, OSError, ValueError):
@@ -114,7 +114,7 @@ class Results:
       return "completed"
     if not os.path.isdir(path):
       return "not run"
-    summary = sweep_lib._read_summary(path) or {}  # pylint: disable=protected-access
+    summary = rundirs.read_summary(path) or {}
     return "failed" if summary.get("outcome") == "failed" else "started"
 
   def find(self, section: str, strategy: str, cell: Tuple[int, int],

@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional
 from agn_jax.errors import WorkdirBusy, WorkdirError
 from agn_jax.runtime import events
 from experiments import flags as flags_lib
-from experiments import sweep as sweep_lib
+from experiments import rundirs
 from experiments.report import archive
 from experiments.report import design
 
@@ -85,7 +85,7 @@ class Study:
     text = events.strict_json(self.data, indent=2) + "\n"
     for directory in filter(None, (self.dir, self.archive_dir)):
       os.makedirs(directory, exist_ok=True)
-      sweep_lib.write_report(os.path.join(directory, STUDY_FILE), text)
+      rundirs.write_report(os.path.join(directory, STUDY_FILE), text)
 
 
 def where() -> Dict[str, str]:
@@ -146,13 +146,13 @@ def run_one(run: design.RunSpec, study: Study, p: design.Preset,
   from agn_jax import runtime  # pylint: disable=g-import-not-at-top
   from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
   path = run.path(study.dir)
-  action = sweep_lib.cell_action(path)
+  action = rundirs.cell_action(path)
   if action == "keep":
     _drop_checkpoints(path)
     return None
   if action == "restart":
     try:
-      sweep_lib.move_aside(path)
+      rundirs.move_aside(path)
     except (WorkdirBusy, WorkdirError) as e:  # A run of its own holds it.
       return " ".join(str(e).split())
   start, cpu_start = time.monotonic(), cpu_seconds()
@@ -170,15 +170,15 @@ def run_one(run: design.RunSpec, study: Study, p: design.Preset,
     failure = " ".join(str(e).split()) or type(e).__name__
   finally:
     entry = dict(where())
-    entry["completed"] = sweep_lib.completed(path)
+    entry["completed"] = rundirs.completed(path)
     study.record(run, time.monotonic() - start, p.samples(run), entry,
                  cpu_seconds() - cpu_start)
-  if sweep_lib.completed(path):
+  if rundirs.completed(path):
     _drop_checkpoints(path)
     if study.archive_dir:
       archive.save(path, run.path(study.archive_dir))
   elif failure is None:
-    summary = sweep_lib._read_summary(path) or {}  # pylint: disable=protected-access
+    summary = rundirs.read_summary(path) or {}
     failure = (f"ended {summary.get('outcome') or 'without completing'}"
                + (f": {summary['failure']}" if summary.get("failure") else ""))
   return failure
@@ -195,7 +195,7 @@ def run_all(p: design.Preset, study: Study, sections: Optional[set] = None,
   """
   pending = [r for r in p.runs
              if (sections is None or r.section in sections) and
-             not sweep_lib.completed(r.path(study.dir))]
+             not rundirs.completed(r.path(study.dir))]
   failures = []
   with _sticky_interrupts() as stop:
     for index, run in enumerate(pending, 1):

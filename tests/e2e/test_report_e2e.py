@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from experiments import sweep as sweep_lib
+from experiments import rundirs
 from experiments.report import archive
 from experiments.report import claims
 from experiments.report import design
@@ -668,5 +668,5 @@ def test_a_study_from_before_the_mechanism_section_reports_it_not_run(
     assert answer_of(section(partial, title)) == answer_of(
         section(text, title))
   # What a resumed study would run: exactly the mechanism's runs.
-  pending = [r for r in p.runs if not sweep_lib.completed(r.path(old))]
+  pending = [r for r in p.runs if not rundirs.completed(r.path(old))]
   assert pending == list(p.section_runs(design.MECHANISM))

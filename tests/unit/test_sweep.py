@@ -7,6 +7,7 @@ from absl import flags
 import pytest
 
 from experiments import flags as flags_lib
+from experiments import rundirs
 from experiments import sweep
 
 
@@ -85,52 +86,52 @@ def summary_of(directory, **fields):
 def test_completed_reads_the_summary(tmp_path):
   run = tmp_path / "run"
   write_run(run, 0.9)  # 11 commit events, each says expected_commits = 11.
-  assert sweep.completed(str(run))
+  assert rundirs.completed(str(run))
   summary_of(run, completed=False)
-  assert not sweep.completed(str(run))
+  assert not rundirs.completed(str(run))
   # Older summaries without "completed": the books must balance.
   summary_of(run)
-  assert sweep.completed(str(run))
+  assert rundirs.completed(str(run))
   summary_of(run, num_commits=9, rejected_commits=2)
-  assert sweep.completed(str(run))
+  assert rundirs.completed(str(run))
   for bad in (dict(interrupted=True), dict(interrupted="absent"),
               dict(worker_commits=[6, None]), dict(num_commits=10),
               dict(worker_commits=[3, 2], num_commits=5),
               dict(num_commits=True), dict(rejected_commits=-1)):
     summary_of(run, **bad)
-    assert not sweep.completed(str(run)), bad
+    assert not rundirs.completed(str(run)), bad
   (run / "summary.json").write_text("{not json")
-  assert not sweep.completed(str(run))
+  assert not rundirs.completed(str(run))
   os.unlink(run / "summary.json")
-  assert not sweep.completed(str(run))
+  assert not rundirs.completed(str(run))
   # A summary planted as a symlink is not read.
   elsewhere = tmp_path / "elsewhere.json"
   elsewhere.write_text(json.dumps({"completed": True}))
   os.symlink(elsewhere, run / "summary.json")
-  assert not sweep.completed(str(run))
+  assert not rundirs.completed(str(run))
 
 
 def test_cell_action(tmp_path):
-  assert sweep.cell_action(str(tmp_path / "missing")) == "fresh"
+  assert rundirs.cell_action(str(tmp_path / "missing")) == "fresh"
   empty = tmp_path / "empty"
   empty.mkdir()
   (empty / ".lock").write_text("")  # Left by a killed run: still empty.
-  assert sweep.cell_action(str(empty)) == "fresh"
+  assert rundirs.cell_action(str(empty)) == "fresh"
   done = tmp_path / "done"
   write_run(done, 0.9)
-  assert sweep.cell_action(str(done)) == "keep"
+  assert rundirs.cell_action(str(done)) == "keep"
   interrupted = tmp_path / "interrupted"
   write_run(interrupted, 0.9, summary={"interrupted": True,
                                        "completed": False})
   (interrupted / "checkpoints" / "641").mkdir(parents=True)
-  assert sweep.cell_action(str(interrupted)) == "resume"
+  assert rundirs.cell_action(str(interrupted)) == "resume"
   crashed = tmp_path / "crashed"
   crashed.mkdir()
   (crashed / "config.json").write_text("{}")
   (crashed / "metrics.jsonl").write_text("")
   (crashed / "checkpoints").mkdir()
-  assert sweep.cell_action(str(crashed)) == "restart"
-  assert sweep.move_aside(str(crashed)) == f"{crashed}.failed-1"
+  assert rundirs.cell_action(str(crashed)) == "restart"
+  assert rundirs.move_aside(str(crashed)) == f"{crashed}.failed-1"
   assert not crashed.exists()
   assert (tmp_path / "crashed.failed-1" / "config.json").exists()
 

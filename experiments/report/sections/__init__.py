@@ -9,7 +9,7 @@ import time
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from experiments import plots
-from experiments import sweep as sweep_lib
+from experiments import rundirs
 from experiments.report import design
 from experiments.report import results as results_lib
 from experiments.report import runner
@@ -211,5 +211,5 @@ def write(ctx: Context) -> str:
   for section in order:
     lines += section.render(ctx)
   path = os.path.join(ctx.output_dir, "REPORT.md")
-  sweep_lib.write_report(path, "\n".join(lines))
+  rundirs.write_report(path, "\n".join(lines))
   return path
