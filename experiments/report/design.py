@@ -706,15 +706,28 @@ def preset(name: str) -> Preset:
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")
 
 
-def cost(p: Preset, seconds_per_sample: Optional[float]) -> Dict[str, float]:
+def cost(p: Preset, seconds_per_sample: Optional[float],
+         section_rates: Optional[Dict[str, Optional[float]]] = None
+         ) -> Dict[str, float]:
   """Runs, samples and the estimated seconds of the preset.
 
   Args:
     p: the preset.
     seconds_per_sample: the measured rate on this device, or None (no
       estimate).
+    section_rates: a section's own rate where its samples cost otherwise
+      (the language model's windows against MNIST's images); None: unknown.
+
+  >>> run = RunSpec(GRID, REFERENCE, 2, 2, 0, 1.0, ())
+  >>> lm = RunSpec(BEYOND_LM, REFERENCE, 2, 2, 0, 1.0, (), examples=10)
+  >>> p = preset("quick")._replace(runs=(run, lm))
+  >>> round(cost(p, 0.001, {BEYOND_LM: 0.1})["seconds"], 3)
+  2.438
   """
+  rates = section_rates or {}
   samples = sum(p.samples(r) for r in p.runs)
-  return {"runs": len(p.runs), "samples": samples,
-          "seconds": (samples * seconds_per_sample
-                      if seconds_per_sample else math.nan)}
+  seconds = 0.0
+  for r in p.runs:
+    rate = rates.get(r.section, seconds_per_sample)
+    seconds += p.samples(r) * rate if rate else math.nan
+  return {"runs": len(p.runs), "samples": samples, "seconds": seconds}

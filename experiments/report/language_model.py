@@ -36,6 +36,11 @@ SEEDS = 2
 EPOCHS = 0.5
 TRAIN_WINDOWS = 35408
 BATCH_SIZE = 16
+# Seconds of this 2-core CPU a training window costs in the study's runs
+# (simulator, batch 16, the default transformer, evaluations included): the
+# estimate before a run of its own has completed. The simulator trains about
+# 50 windows a second here when quiet (docs/language_model.md's benchmark).
+CPU_SECONDS_PER_WINDOW = 1 / 40
 # Every EVAL_STRIDE-th held-out window: 513 windows (65,664 bytes) of all
 # four held-out works.
 EVAL_STRIDE = 8

@@ -19,6 +19,7 @@ from experiments import flags as flags_lib
 from experiments import rundirs
 from experiments.report import archive
 from experiments.report import design
+from experiments.report import language_model
 from experiments.report import runner
 from experiments.report import sections
 
@@ -143,9 +144,13 @@ def _main(p, study_dir, output_dir, archive_dir):
     if not study.data.get("command"):  # The books start with None.
       study.data["command"] = command
     study.save()
+    on_cpu = p.platform in (None, "cpu")
     rate = runner.seconds_per_sample(study) or (
-        CPU_SECONDS_PER_SAMPLE if p.platform in (None, "cpu") else None)
-    c = design.cost(p, rate)
+        CPU_SECONDS_PER_SAMPLE if on_cpu else None)
+    # The language model's windows cost otherwise than MNIST's images.
+    lm_rate = runner.seconds_per_sample(study, design.BEYOND_LM) or (
+        language_model.CPU_SECONDS_PER_WINDOW if on_cpu else None)
+    c = design.cost(p, rate, {design.BEYOND_LM: lm_rate})
     pending = sum(not os.path.isdir(r.path(study_dir)) for r in p.runs)
     print(f"{p.name}: {p.description}: {c['runs']} runs ({pending} not "
           f"started), {c['samples'] / 1e6:.1f} M samples, estimated "

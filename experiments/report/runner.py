@@ -116,9 +116,11 @@ def cpu_seconds() -> float:
   return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def seconds_per_sample(study: Study) -> Optional[float]:
-  """This study's measured rate over its completed runs, or None."""
-  entries = [e for e in study.ledger.values() if e.get("completed")]
+def seconds_per_sample(study: Study, section: Optional[str] = None
+                       ) -> Optional[float]:
+  """This study's measured rate over its completed runs (of `section` only, if given), or None."""
+  entries = [e for k, e in study.ledger.items() if e.get("completed") and
+             (section is None or k.split("/", 1)[0] == section)]
   samples = sum(e["samples"] for e in entries)
   return sum(e["seconds"] for e in entries) / samples if samples else None
 
