@@ -188,7 +188,8 @@ def render(ctx: Context) -> List[str]:
             "synchronous round.", ""]
   found, notes = rows(ctx)
   lines += table(["method", "claim", "test bits/byte by seed",
-                  "test bits/byte (mean)", "train bits/byte", "modeled time",
+                  "test bits/byte (mean)", "train bits/byte",
+                  "modeled time (steps)",
                   "E train", "E test", "staleness mean / max", "verdict",
                   "MNIST verdicts", "against MNIST"], found)
   lines += ["Rules, fixed before the runs (the MNIST section's, on bits per "
