@@ -1,4 +1,4 @@
-"""The workload of tests/regression_workload.py on real processes (the command line), on the simulator and on the real loops as threads, each run against numpy's replay; the built-in language-model task on processes.
+"""The workload of tests/regression_workload.py on real processes (the command line), on the simulator and on the real loops as threads, each run against numpy's replay; the built-in language-model task on processes (its commits int8-compressed).
 
 The names, the evaluation and E are tests/unit/test_workloads.py. On Ray,
 tests/e2e/test_ray_backend.py's SIGKILLed driver's workers train the
@@ -85,10 +85,18 @@ def check_language_model_run(summary, workdir):
   assert 7.0 < final["bits_per_byte"] < 9.0
 
 
-def test_the_language_model_on_processes(tmp_path):
+def test_the_language_model_on_processes_with_int8_commits(tmp_path):
+  # Its commits through a codec too: int8 in blocks of 1,024 values, each
+  # block's float32 scale beside it; the pulls stay float32 (the worker
+  # pulls to start and after each commit).
   config = language_model_config(tmp_path, "processes")
+  config.commit_compression = "int8"
   summary = train(config)
   check_language_model_run(summary, tmp_path / "run")
+  p = np.load(tmp_path / "run" / "center.npy").size
+  commits = sum(summary["worker_commits"])
+  assert summary["bytes_committed"] == commits * (p + 4 * math.ceil(p / 1024))
+  assert summary["bytes_pulled"] == (commits + 1) * 4 * p
   assert_nothing_left(tmp_path / "run")
 
 
