@@ -129,7 +129,7 @@ class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks):
 
   def attack_3(self):
     """sweep --resume resumes an interrupted run instead of keeping it"""
-    from experiments import sweep  # pylint: disable=g-import-not-at-top
+    from experiments import rundirs  # pylint: disable=g-import-not-at-top
     sweep_dir = self.path("sweep3")
     args = ["--num_workers=2", "--epochs=300", "--dataset=digits",
             "--eval_every_seconds=1", "--checkpoint_every_seconds=1",
@@ -150,7 +150,7 @@ class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks):
                    "rerun the attack")
     result = cli("sweep", *args, "--resume")
     expect_success(result, "sweep --resume")
-    if not sweep.completed(cell):
+    if not rundirs.completed(cell):
       raise Failed("kept the interrupted run: its summary is incomplete "
                    f"({read_json(os.path.join(cell, 'summary.json')).get('num_commits')} commits)")
     return (f"interrupted at {summary.get('num_commits')} commits, resumed to "
@@ -158,7 +158,7 @@ class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks):
 
   def attack_4(self):
     """sweep --resume gets past a cell that failed without a checkpoint, and past a failing cell"""
-    from experiments import sweep  # pylint: disable=g-import-not-at-top
+    from experiments import rundirs  # pylint: disable=g-import-not-at-top
     sweep_dir = self.path("sweep4")
     crashed = os.path.join(sweep_dir, "agn-n2-l10")
     os.makedirs(crashed)
@@ -175,7 +175,7 @@ class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks):
     line = expect_one_line_error(result, "sweep")
     if "n=5000" not in line or "n=2 " in line:
       raise Failed(f"the error names the wrong cells: {line}")
-    if not sweep.completed(crashed):
+    if not rundirs.completed(crashed):
       raise Failed("the crashed cell was not rerun to completion")
     return line
 
@@ -566,14 +566,14 @@ class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks):
 
   def attack_15d(self):
     """sweep --resume and compare read the outcome from summary.json"""
-    from experiments import sweep  # pylint: disable=g-import-not-at-top
+    from experiments import rundirs  # pylint: disable=g-import-not-at-top
     cell = self.copy("outcome_interrupted")
     path = os.path.join(cell, "summary.json")
     summary = read_json(path)
     summary["outcome"] = "interrupted"  # Its other fields say completed.
     with open(path, "w") as f:
       json.dump(summary, f)
-    if sweep.completed(cell) or sweep.cell_action(cell) != "resume":
+    if rundirs.completed(cell) or rundirs.cell_action(cell) != "resume":
       raise Failed("sweep takes an interrupted run for a completed one")
     result = cli("compare", self.base(), cell,
                  f"--output={self.path('outcome.png')}")
