@@ -188,7 +188,7 @@ def _bytes(f: Optional[results_lib.Figures]) -> Optional[float]:
   return float(value) if isinstance(value, (int, float)) else None
 
 
-def _local_updates(f: Optional[results_lib.Figures]) -> str:
+def local_updates(f: Optional[results_lib.Figures]) -> str:
   """The workers' windows (λ_k) of a DyLU run, as min–max, or "–"."""
   if f is None:
     return "–"
@@ -211,7 +211,7 @@ def method_rows(ctx: Context, cell: Tuple[int, int]) -> List[List[str]]:
     f = _one(ctx, strategy, cell, variant)
     e = (ctx.efficiency_of(f, plain) if f and plain else
          {"train": None, "test": None})
-    note = _local_updates(f) if variant == design.DYLU else ""
+    note = local_updates(f) if variant == design.DYLU else ""
     rows.append([label + (f" ({note})" if note and note != "–" else ""),
                  claim, pct(f and f.test_accuracy), pct(f and f.train_accuracy),
                  num(f and f.seconds, ".0f"), num(e["train"]), num(e["test"]),

@@ -155,6 +155,9 @@ def rows(ctx: Context) -> Tuple[List[List[str]], List[str]]:
                                for (n, l), v in theirs.items()
                                if _settled(v) and v != here)
                    + " on MNIST.")
+    if variant == design.DYLU and m["seeds"]:
+      note = beyond.local_updates(m["runs"][m["seeds"][0]])
+      label += f" ({note}, seed {m['seeds'][0]})" if note != "–" else ""
     out.append([label, claim, _per_seed(m["test"]), num(_mean(m["test"])),
                 num(_mean(m["train"])), num(_mean(m["seconds"]), ".0f"),
                 num(m["e_train"]), num(m["e_test"]),
