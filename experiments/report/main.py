@@ -145,7 +145,7 @@ def _main(p, study_dir, output_dir, archive_dir):
       study.data["command"] = command
     study.save()
     on_cpu = p.platform in (None, "cpu")
-    rate = runner.seconds_per_sample(study) or (
+    rate = runner.seconds_per_sample(study, exclude=(design.BEYOND_LM,)) or (
         CPU_SECONDS_PER_SAMPLE if on_cpu else None)
     # The language model's windows cost otherwise than MNIST's images.
     lm_rate = runner.seconds_per_sample(study, design.BEYOND_LM) or (

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from agn_jax.errors import WorkdirBusy, WorkdirError
 from agn_jax.runtime import events
@@ -116,11 +116,12 @@ def cpu_seconds() -> float:
   return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def seconds_per_sample(study: Study, section: Optional[str] = None
-                       ) -> Optional[float]:
-  """This study's measured rate over its completed runs (of `section` only, if given), or None."""
+def seconds_per_sample(study: Study, section: Optional[str] = None,
+                       exclude: Sequence[str] = ()) -> Optional[float]:
+  """This study's measured rate over its completed runs (of `section` only, if given; none of `exclude`), or None."""
   entries = [e for k, e in study.ledger.items() if e.get("completed") and
-             (section is None or k.split("/", 1)[0] == section)]
+             (section is None or k.split("/", 1)[0] == section) and
+             k.split("/", 1)[0] not in exclude]
   samples = sum(e["samples"] for e in entries)
   return sum(e["seconds"] for e in entries) / samples if samples else None
 
