@@ -127,16 +127,22 @@ def rule_verdict(variant: str, strategy: str, value: Optional[float],
   raise ValueError(f"no rule for {strategy} {variant}")
 
 
-def verdicts(ctx: Context, cell: Tuple[int, int]) -> dict:
-  """`{claim: verdict}` of every method at an MNIST cell (`METHODS`)."""
+def judged(ctx: Context, cell: Tuple[int, int]):
+  """Plain AGN's figures at an MNIST cell, and each of `METHODS` there: (its entry of `METHODS`, its figures, E(it, plain AGN), its verdict)."""
   plain = _one(ctx, design.REFERENCE, cell, design.PLAIN)
-  found = {}
-  for strategy, variant, _, claim in METHODS:
+  found = []
+  for method in METHODS:
+    strategy, variant, _, _ = method
     f = _one(ctx, strategy, cell, variant)
     e = (ctx.efficiency_of(f, plain) if f and plain else
          {"train": None, "test": None})
-    found[claim] = verdict(variant, strategy, f, plain, e)
-  return found
+    found.append((method, f, e, verdict(variant, strategy, f, plain, e)))
+  return plain, found
+
+
+def verdicts(ctx: Context, cell: Tuple[int, int]) -> dict:
+  """`{claim: verdict}` of every method at an MNIST cell (`METHODS`)."""
+  return {method[3]: v for method, _, _, v in judged(ctx, cell)[1]}
 
 
 def codec_verdict(codec: Optional[results_lib.Figures],
@@ -201,21 +207,18 @@ def local_updates(f: Optional[results_lib.Figures]) -> str:
 
 
 def method_rows(ctx: Context, cell: Tuple[int, int]) -> List[List[str]]:
-  plain = _one(ctx, design.REFERENCE, cell, design.PLAIN)
+  plain, found = judged(ctx, cell)
   rows = [["AGN", "(reference)", pct(plain and
                                                     plain.test_accuracy),
            pct(plain and plain.train_accuracy),
            num(plain and plain.seconds, ".0f"), "1", "1", _staleness(plain),
            "–"]]
-  for strategy, variant, label, claim in METHODS:
-    f = _one(ctx, strategy, cell, variant)
-    e = (ctx.efficiency_of(f, plain) if f and plain else
-         {"train": None, "test": None})
+  for (_, variant, label, claim), f, e, judgement in found:
     note = local_updates(f) if variant == design.DYLU else ""
     rows.append([label + (f" ({note})" if note and note != "–" else ""),
                  claim, pct(f and f.test_accuracy), pct(f and f.train_accuracy),
                  num(f and f.seconds, ".0f"), num(e["train"]), num(e["test"]),
-                 _staleness(f), verdict(variant, strategy, f, plain, e)])
+                 _staleness(f), judgement])
   return rows
 
 
