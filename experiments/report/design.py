@@ -541,50 +541,6 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                 extras.mechanism)
 
 
-def beyond_runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
-                epochs: float, codecs: Sequence[str] = CODECS
-                ) -> Tuple[RunSpec, ...]:
-  """The beyond section's runs: AGN, AGN + DN, AGN + DyLU and AEASGD per cell.
-
-  Every run draws each worker's speed from `lognormal(0.5)` (the same draws
-  for one seed), at the grid's full per-run budget. DN is Delayed Nesterov
-  (Liu, Douillard et al. 2024) at DiLoCo's outer settings, lr 0.7 and
-  momentum 0.9, updating its momentum once per n commits; DyLU gives each
-  worker a window proportional to its speed. AGN then runs with each codec
-  at the first cell. DyLU's runs come last.
-
-  >>> [r.name for r in beyond_runs((), [(4, 2)], 1.0, ("int8",))]
-  ['agn-n4-l2-s0-plain', 'aeasgd-n4-l2-s0-plain', 'agn-n4-l2-s0-dn', \
-'agn-n4-l2-s0-int8', 'agn-n4-l2-s0-dylu']
-  """
-  speeds = base + (f"--speed_model={HETEROGENEOUS_SPEEDS}",)
-  runs, dylu = [], []
-  for n, l in cells:
-    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs, speeds, PLAIN))
-    runs.append(RunSpec(BEYOND, BASELINE, n, l, 0, epochs, speeds, PLAIN))
-    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs,
-                        speeds + delayed_nesterov_flags(n), DN))
-    dylu.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs,
-                        speeds + ("--dynamic_local_updates",), DYLU))
-  n, l = cells[0]
-  for codec in codecs:
-    runs.append(RunSpec(BEYOND, REFERENCE, n, l, 0, epochs,
-                        speeds + (f"--commit_compression={codec}",),
-                        codec_variant(codec)))
-  return tuple(runs + dylu)
-
-
-def delayed_nesterov_flags(num_workers: int) -> Tuple[str, ...]:
-  """Delayed Nesterov at DiLoCo's outer settings, its momentum moved once per n commits."""
-  return ("--server_optimizer=delayed_nesterov", "--server_learning_rate=0.7",
-          "--server_momentum=0.9", f"--server_every={num_workers}")
-
-
-def codec_variant(codec: str) -> str:
-  """A codec's run variant: its name without the colon (`topk:0.1` -> `topk0.1`)."""
-  return codec.replace(":", "")
-
-
 # The cpu preset's grid: today's five cells, then (40, 20), the heuristic's
 # λ at n = 40, and (20, 15), the cell of the thesis' staleness histogram.
 CPU_CELLS = ((40, 40), (10, 10), (10, 40), (25, 25), (40, 10), (40, 20),
@@ -638,7 +594,7 @@ def preset(name: str) -> Preset:
     varied only there.
   * `beyond`: Delayed Nesterov, Dynamic Local Updates and compressed
     commits beside AGN and AEASGD under heterogeneous speeds, at two cells
-    of the grid at the full budget (`beyond_runs`), on this CPU.
+    of the grid at the full budget (`beyond.runs`), on this CPU.
   * `quick`: a shrink on scikit-learn's digits for tests (seconds), with
     the beyond section's runs at one cell; it says nothing about the paper.
 
@@ -672,7 +628,10 @@ def preset(name: str) -> Preset:
                       dynsgd_cells=((40, 40), (10, 10)),
                       mechanism=CPU_MECHANISM))
   if name == "beyond":
-    from experiments.report import language_model  # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top
+    from experiments.report import beyond
+    from experiments.report import language_model
+    # pylint: enable=g-import-not-at-top
     cells = ((40, 40), (40, 10))
     # The language model's runs first: the hour they take is the study's
     # newest question.
@@ -682,7 +641,7 @@ def preset(name: str) -> Preset:
         f"`--speed_model={HETEROGENEOUS_SPEEDS}`: on the next-byte language "
         "model (n = 8, λ = 10, 2 seeds), and at two cells of the paper's "
         "grid at its full budget (one seed), on this CPU",
-        language_model.runs() + beyond_runs(paper_base, cells, 40.0), (40,),
+        language_model.runs() + beyond.runs(paper_base, cells, 40.0), (40,),
         (10, 40), 1, 60000, cells[0], 4)
   if name == "quick":
     quick_base = (flagfile("report_quick.flags"),)
@@ -701,7 +660,8 @@ def preset(name: str) -> Preset:
                       normalization=(2, (2,), 1.0), dynsgd_cells=((2, 2),),
                       mechanism=QUICK_MECHANISM))
     # At a cell of the grid, whose AGN and AEASGD programs it reuses.
-    return p._replace(runs=p.runs + beyond_runs(quick_base, [(4, 4)], 2.0,
+    from experiments.report import beyond  # pylint: disable=g-import-not-at-top
+    return p._replace(runs=p.runs + beyond.runs(quick_base, [(4, 4)], 2.0,
                                                 ("int8",)))
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")
 

@@ -25,6 +25,7 @@ Synchronous-round DiLoCo is not run: the simulator has no synchronous round
 from typing import Optional, Tuple
 
 from agn_jax import data as data_lib
+from experiments.report import beyond
 from experiments.report import design
 
 SECTION = design.BEYOND_LM
@@ -97,7 +98,7 @@ def runs(workload: Tuple[str, ...] = WORKLOAD + SETTING,
   n, l = cell
   methods = ((design.REFERENCE, (), design.PLAIN),
              (design.BASELINE, (), design.PLAIN),
-             (design.REFERENCE, design.delayed_nesterov_flags(n), design.DN),
+             (design.REFERENCE, beyond.delayed_nesterov_flags(n), design.DN),
              (design.REFERENCE, ("--dynamic_local_updates",), design.DYLU))
   return tuple(
       design.RunSpec(section, strategy, n, l, seed, epochs, workload + extra,
