@@ -584,6 +584,12 @@ class SimulatedOptions(BackendOptions):
       10, "rounds between evaluations of the center; 0: only the initial "
       "center's (where every curve starts) and the final one.",
       check=NON_NEGATIVE_INT)
+  eval_every_commits: int = setting(
+      0, "commits between evaluations of the center, besides "
+      "--eval_every_rounds: a round then ends at every such commit (where "
+      "rounds end changes no number of the run); 0: none.",
+      check=NON_NEGATIVE_INT)
+
   def fit_error(self) -> Optional[str]:
     """Why the clock's settings do not fit together, or None (`agn_jax.sim.clock.clock_error`)."""
     cluster = importlib.import_module("agn_jax.sim.clock")

@@ -422,19 +422,25 @@ class Simulation:
     """How the instruments measure (`Measuring.info`); None without `diagnostics`."""
     return None if self._measuring is None else self._measuring.info()
 
-  def _plan(self) -> List[ScheduledCommit]:
-    """The round's commits: the schedule's next ones, up to a worker's second."""
+  def _plan(self, max_commits: Optional[int]) -> List[ScheduledCommit]:
+    """The round's commits: the schedule's next ones, up to a worker's second (or `max_commits`)."""
     plan, seen = [], set()
-    while True:
+    while max_commits is None or len(plan) < max_commits:
       commit = self._schedule.peek()
       if (commit is None or commit.worker in seen or
           (commit.barrier and plan)):
         return plan
       plan.append(self._schedule.pop())
       seen.add(commit.worker)
+    return plan
 
-  def run_round(self) -> List[Handled]:
+  def run_round(self, max_commits: Optional[int] = None) -> List[Handled]:
     """Runs one round; returns its commits in the order the server applied them.
+
+    Args:
+      max_commits: end the round after this many commits at most (e.g. to
+        evaluate the center after a given commit). Where rounds end changes
+        nothing in the result, only how the commits are grouped into calls.
 
     Returns:
       The round's `Handled`s; `[]` once `done`.
@@ -442,7 +448,10 @@ class Simulation:
     Raises:
       Diverged: a worker's commits were rejected `MAX_REJECTED_IN_A_ROW`
         times in a row (each time from a fresh start at the center).
+      ValueError: `max_commits` < 1.
     """
+    if max_commits is not None and max_commits < 1:
+      raise ValueError(f"max_commits must be positive, got {max_commits}")
     n, lam, batch = self.num_workers, self.communication_window, self.batch_size
     progress = self._progress
     # Every worker that holds its center runs its window now, whenever its
@@ -450,7 +459,7 @@ class Simulation:
     due = np.array([progress.pending[k] is None and
                     progress.windows_run[k] < self._window_count(k)
                     for k in range(n)])
-    plan = self._plan()
+    plan = self._plan(max_commits)
     if not plan:
       return []
     # A window of fewer than λ steps (Dynamic Local Updates) takes only its
@@ -607,6 +616,11 @@ class Simulation:
           worker, self._progress.windows_done[worker])
     return self.windows.steps_before(worker,
                                      self._progress.windows_done[worker])
+
+  @property
+  def num_commits(self) -> int:
+    """Commits handled so far, applied and rejected (a restored session's included)."""
+    return self._progress.num_commits
 
   @property
   def oldest_waiting_round(self) -> Optional[int]:

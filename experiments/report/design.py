@@ -263,17 +263,27 @@ def gap_cell(cells: Sequence[Tuple[int, int]], epochs: float,
 
 def evaluation_flags(run: RunSpec, train_examples: int,
                      batch_size: int) -> Tuple[str, ...]:
-  """`--eval_every_rounds` giving the run at least `EVALUATIONS` evaluations.
+  """The evaluation cadence giving the run at least `EVALUATIONS` evaluations.
 
   A worker commits at most once a round, so a run has at least as many
-  rounds as windows a worker.
+  rounds as windows a worker: `--eval_every_rounds` where those are
+  `EVALUATIONS` or more; else every round and after every
+  (commits // `EVALUATIONS`)-th commit too (`--eval_every_commits`, where a
+  round then ends).
 
   >>> evaluation_flags(RunSpec(GRID, REFERENCE, 10, 10, 0, 40.0, ()),
   ...                  60000, 128)
   ('--eval_every_rounds=7',)
+  >>> evaluation_flags(RunSpec(GRID, REFERENCE, 40, 40, 0, 40.0, ()),
+  ...                  60000, 128)
+  ('--eval_every_rounds=1', '--eval_every_commits=17')
   """
   windows = windows_per_worker(run, train_examples, batch_size)
-  return (f"--eval_every_rounds={max(1, windows // EVALUATIONS)}",)
+  if windows >= EVALUATIONS:
+    return (f"--eval_every_rounds={windows // EVALUATIONS}",)
+  commits = windows * run.num_workers
+  return ("--eval_every_rounds=1",
+          f"--eval_every_commits={max(1, commits // EVALUATIONS)}")
 
 
 class Mechanism(NamedTuple):

@@ -91,6 +91,24 @@ def test_evaluations_every_k_rounds_and_at_the_end(reference):
   assert evals[-1]["accuracy"] == summary["final_test_accuracy"]
 
 
+def test_evaluations_after_every_kth_commit_change_nothing_else(tmp_path):
+  # Heterogeneous speeds, so rounds are uneven; --eval_every_commits cuts
+  # them at every 5th commit, and the run's numbers stay as they were.
+  speeds = dict(speed_model="lognormal:0.5", eval_every_rounds=0, epochs=3.0)
+  plain = train(_config(tmp_path, name="rounds", **speeds))
+  cut = train(_config(tmp_path, name="commits", eval_every_commits=5,
+                      **speeds))
+  assert plain["completed"] and cut["completed"]
+  evals = metrics_rows(tmp_path / "commits", {"eval"})
+  assert [e["clock"] for e in evals[:-1]] == list(
+      range(0, cut["num_commits"] + 1, 5))
+  assert len(metrics_rows(tmp_path / "rounds", {"eval"})) == 2
+  assert _without_wall(metrics_rows(tmp_path / "commits", {"commit"})) == (
+      _without_wall(metrics_rows(tmp_path / "rounds", {"commit"})))
+  np.testing.assert_array_equal(np.load(tmp_path / "rounds" / "center.npy"),
+                                np.load(tmp_path / "commits" / "center.npy"))
+
+
 def test_same_flags_and_seed_give_the_same_metrics(tmp_path, reference):
   _, workdir = reference
   train(_config(tmp_path, name="again"))

@@ -75,6 +75,7 @@ def test_every_option_is_a_flag_that_names_its_backends():
               "server_apply_ms": "Simulated backend: ",
               "workers_per_call": "Simulated backend: ",
               "eval_every_rounds": "Simulated backend: ",
+              "eval_every_commits": "Simulated backend: ",
               "ray_address": "Ray backend: "}
   options = [n for n in config_lib.setting_names() if config_lib.owners(n)]
   assert sorted(options) == sorted(expected)
@@ -86,6 +87,7 @@ def test_every_option_is_a_flag_that_names_its_backends():
   assert not any(config_lib.owners(n) for n in (
       "diagnostics", "diagnostics_subsample", "diagnostics_every"))
   assert values["eval_every_rounds"].default == 10
+  assert values["eval_every_commits"].default == 0
   assert values["ray_address"].default == "local"
   assert not config_lib.owners("epochs")
   assert "backend" not in values["epochs"].help

@@ -127,6 +127,27 @@ class ScheduleTest(parameterized.TestCase):
     self.assertTrue(sim.done)
     self.assertEqual(sim.run_round(), [])
 
+  @parameterized.parameters("agn", "aeasgd")
+  def test_rounds_cut_at_most_two_commits_long(self, name):
+    # max_commits ends a round early; the commits, and the center after
+    # each one that ends a round, are still the reference's.
+    x, _ = _reference_dataset()
+    ref_centers, ref_stalenesses = ref.reference(name)
+    sim = _quadratic_sim(_strategy(name), ref.NUM_WORKERS, x,
+                         commit_order=ref.SCHEDULE, workers_per_call=3)
+    with self.assertRaisesRegex(ValueError, "max_commits must be positive"):
+      sim.run_round(max_commits=0)
+    records = []
+    while not sim.done:
+      round_records = sim.run_round(max_commits=2)
+      self.assertBetween(len(round_records), 1, 2)
+      records += round_records
+      self.assertEqual(sim.num_commits, len(records))
+      np.testing.assert_allclose(sim.center(), ref_centers[len(records) - 1],
+                                 rtol=2e-5, atol=2e-6)
+    self.assertEqual([r.meta.worker for r in records], ref.SCHEDULE)
+    self.assertEqual([r.staleness for r in records], ref_stalenesses)
+
   def test_bad_replay(self):
     x, _ = _reference_dataset()
     with self.assertRaisesRegex(ValueError, "distinct"):

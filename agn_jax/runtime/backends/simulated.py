@@ -2,7 +2,8 @@
 
 This module only drives the engine round by round and hands what happens to
 the shared books, as events like the processes backend's: commits, rejected
-commits, evaluations of the center every `eval_every_rounds` rounds,
+commits, evaluations of the center every `eval_every_rounds` rounds (and
+after every `eval_every_commits`-th commit, where a round then ends),
 checkpoints every `checkpoint_every_seconds` of wall time (and at the end
 unless `--nocheckpoint_at_end`, or on Ctrl-C / SIGTERM, between two rounds),
 each worker's end, the server's end. Rows carry `sim_time` on the time
@@ -161,12 +162,16 @@ class SimulatedBackend(backend_lib.Backend):
       period = config.checkpoint_every_seconds
       saved_at = time.monotonic()
       rounds, every = 0, config.options.eval_every_rounds
+      per_commits = config.options.eval_every_commits
       while not sim.done:
         if config.max_seconds and time.time() - book.t0 >= config.max_seconds:
           break  # As the processes' stop: the workers' shares end here.
-        self._book_round(*self._round())
+        # With --eval_every_commits the round ends at the next such commit.
+        cap = per_commits - sim.num_commits % per_commits if per_commits else None
+        self._book_round(*self._round(cap))
         rounds += 1
-        if every and rounds % every == 0:
+        if ((every and rounds % every == 0) or
+            (per_commits and sim.num_commits % per_commits == 0)):
           self._evaluate(final=False)
         # The final checkpoint follows the last round at once.
         if (period and period > 0 and not sim.done and
@@ -177,11 +182,11 @@ class SimulatedBackend(backend_lib.Backend):
           signals.raise_received()
       self._finish(save=config.checkpoint_at_end)
 
-  def _round(self):
-    """`(records, when the round began)`."""
+  def _round(self, max_commits=None):
+    """`(records, when the round began)`; the round ends after `max_commits` commits at most."""
     started = time.time()
     try:
-      return self.sim.run_round(), started
+      return self.sim.run_round(max_commits), started
     except Diverged as e:  # Its message names the worker.
       self._book_round(e.records, started)
       raise RunError(str(e)) from None
