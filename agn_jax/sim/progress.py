@@ -11,6 +11,12 @@ Example:
 import dataclasses
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+import numpy as np
+
+from agn_jax import wire
+from agn_jax.errors import check_rejected_in_a_row
+from agn_jax.sim.schedule import Handled
+
 
 class Pending(NamedTuple):
   """A window that ran and awaits its commit: what its `schedule.Handled` will say.
@@ -61,6 +67,62 @@ class Progress:
     """Nothing run yet."""
     n = num_workers
     return cls(0, 0, 0, 0.0, [0] * n, [0] * n, [None] * n, [0] * n)
+
+  def windows_ran(self, due: np.ndarray, lengths: np.ndarray, out) -> None:
+    """The `due` workers' windows ran this round (`out`: its `engine.RoundRecords`); they await their commits."""
+    for k in np.flatnonzero(due):
+      self.pending[k] = Pending(
+          loss=float(out.loss[k]),
+          metrics={name: float(v[k]) for name, v in out.metrics.items()},
+          step_metrics={name: tuple(v[k][:lengths[k]].tolist())
+                        for name, v in out.step_metrics.items()},
+          round=self.round, local_updates=int(lengths[k]))
+      self.windows_run[k] += 1
+
+  def commits_handled(self, plan, out, measuring=None) -> List[Handled]:
+    """The round's commits (`plan`, as the server handled them in `out`), which end it.
+
+    Args:
+      plan: the round's `schedule.ScheduledCommit`s.
+      out: the round's `engine.RoundRecords`, as numpy arrays.
+      measuring: the run's `measuring.Measuring`, or None.
+
+    Returns:
+      A `Handled` per commit, in order.
+
+    Raises:
+      Diverged: a worker's commits were rejected too many times in a row.
+    """
+    clock, staleness, rejected = out.clock, out.staleness, out.rejected
+    records = []
+    for i, c in enumerate(plan):
+      k = c.worker
+      ran = self.pending[k]
+      self.pending[k] = None
+      measured = None
+      if measuring is not None and not rejected[i]:
+        measured = measuring.of_commit(out.instruments, i, int(clock[i]))
+      applied = 0 if rejected[i] else 1
+      meta = wire.CommitMeta(
+          worker=k, clock=int(clock[i]) - applied - int(staleness[i]),
+          loss=ran.loss, metrics=ran.metrics, time=float(c.window_end),
+          window_start=float(c.window_start),
+          step_metrics=ran.step_metrics, local_updates=ran.local_updates)
+      records.append(Handled(
+          meta, clock=int(clock[i]), staleness=int(staleness[i]),
+          rejected=bool(rejected[i]), simulated_time=float(c.applied),
+          round=self.round, window=self.windows_done[k],
+          window_round=ran.round, instruments=measured))
+      self.windows_done[k] += 1
+      self.rejected += int(rejected[i])
+      self.rejected_in_a_row[k] = (self.rejected_in_a_row[k] + 1
+                                   if rejected[i] else 0)
+    self.round += 1
+    self.num_commits += len(plan)
+    self.simulated_time = max(self.simulated_time, records[-1].simulated_time)
+    for k, in_a_row in enumerate(self.rejected_in_a_row):
+      check_rejected_in_a_row(in_a_row, worker=k, records=records)
+    return records
 
   def to_meta(self) -> Dict[str, Any]:
     """The JSON-able form a checkpoint's metadata holds (`pending` as `[loss, metrics, step metrics, round, local steps]` lists)."""

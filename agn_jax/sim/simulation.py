@@ -62,13 +62,12 @@ import numpy as np
 
 from agn_jax import build, data, shares, strategies, tasks, wire
 from agn_jax.config import SimulatedOptions
-from agn_jax.errors import check_rejected_in_a_row
 from agn_jax.shares import (Windows, local_updates,
                             shard_bounds, windows_per_worker)
 from agn_jax.sim import clock as clock_lib
 from agn_jax.sim import engine
 from agn_jax.sim.measuring import Measuring
-from agn_jax.sim.progress import Pending, Progress
+from agn_jax.sim.progress import Progress
 from agn_jax.sim.schedule import (EventSchedule, Handled, ReplaySchedule,
                                   ScheduledCommit)
 
@@ -490,51 +489,16 @@ class Simulation:
     if self._check_metrics:
       self.task.check_reported(out.metrics, "loss")
       self._check_metrics = False
-    clock, staleness, rejected = out.clock, out.staleness, out.rejected
-    for k in np.flatnonzero(due):
-      progress.pending[k] = Pending(
-          loss=float(out.loss[k]),
-          metrics={name: float(v[k]) for name, v in out.metrics.items()},
-          step_metrics={name: tuple(v[k][:lengths[k]].tolist())
-                        for name, v in out.step_metrics.items()},
-          round=progress.round, local_updates=int(lengths[k]))
-      progress.windows_run[k] += 1
+    rejected = out.rejected
+    progress.windows_ran(due, lengths, out)
     if rejected[:len(plan)].any():
       mask = np.zeros(n, bool)
       mask[order[:len(plan)][rejected[:len(plan)]]] = True
       self._workers = self._restart_fn(self._workers,
                                        jax.device_put(mask, self._sharded))
-    records = []
-    for i, c in enumerate(plan):
-      k = c.worker
-      ran = progress.pending[k]
-      progress.pending[k] = None
-      measured = None
-      if measuring is not None and not rejected[i]:
-        measured = measuring.of_commit(out.instruments, i, int(clock[i]))
-      applied = 0 if rejected[i] else 1
-      meta = wire.CommitMeta(
-          worker=k, clock=int(clock[i]) - applied - int(staleness[i]),
-          loss=ran.loss, metrics=ran.metrics, time=float(c.window_end),
-          window_start=float(c.window_start),
-          step_metrics=ran.step_metrics, local_updates=ran.local_updates)
-      records.append(Handled(
-          meta, clock=int(clock[i]), staleness=int(staleness[i]),
-          rejected=bool(rejected[i]), simulated_time=float(c.applied),
-          round=progress.round, window=progress.windows_done[k],
-          window_round=ran.round, instruments=measured))
-      progress.windows_done[k] += 1
-      self._messages[k] += 1
-      progress.rejected += int(rejected[i])
-      progress.rejected_in_a_row[k] = (progress.rejected_in_a_row[k] + 1
-                                       if rejected[i] else 0)
-    progress.round += 1
-    progress.num_commits += len(plan)
-    progress.simulated_time = max(progress.simulated_time,
-                                  records[-1].simulated_time)
-    for k in range(n):
-      check_rejected_in_a_row(progress.rejected_in_a_row[k], worker=k,
-                              records=records)
+    records = progress.commits_handled(plan, out, measuring)
+    for r in records:
+      self._messages[r.meta.worker] += 1
     return records
 
   def lower_round(self):
