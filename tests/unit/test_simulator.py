@@ -83,6 +83,15 @@ def _quadratic_sim(strategy, num_workers, x, epochs=1.0, **kwargs):
       epochs=epochs, seed=0, **kwargs)
 
 
+def _schedule_in_rounds(name):
+  """`name` on the reference's flat schedule, 3 workers a call; with its centers and stalenesses."""
+  x, _ = _reference_dataset()
+  ref_centers, ref_stalenesses = ref.reference(name)
+  sim = _quadratic_sim(_strategy(name), ref.NUM_WORKERS, x,
+                       commit_order=ref.SCHEDULE, workers_per_call=3)
+  return sim, ref_centers, ref_stalenesses
+
+
 class ScheduleTest(parameterized.TestCase):
   """The n = 3 schedule of the strategy tests, commit by commit."""
 
@@ -111,10 +120,7 @@ class ScheduleTest(parameterized.TestCase):
   def test_rounds_of_several_commits(self, name):
     # The flat schedule is cut into rounds [0 1 2] [0] [0 2 1] [1 0 2]:
     # windows run together, commits still land in schedule order.
-    x, _ = _reference_dataset()
-    ref_centers, ref_stalenesses = ref.reference(name)
-    sim = _quadratic_sim(_strategy(name), ref.NUM_WORKERS, x,
-                         commit_order=ref.SCHEDULE, workers_per_call=3)
+    sim, ref_centers, ref_stalenesses = _schedule_in_rounds(name)
     rounds = list(sim)
     self.assertEqual([[r.meta.worker for r in rs] for rs in rounds],
                      [[0, 1, 2], [0], [0, 2, 1], [1, 0, 2]])
@@ -131,10 +137,7 @@ class ScheduleTest(parameterized.TestCase):
   def test_rounds_cut_at_most_two_commits_long(self, name):
     # max_commits ends a round early; the commits, and the center after
     # each one that ends a round, are still the reference's.
-    x, _ = _reference_dataset()
-    ref_centers, ref_stalenesses = ref.reference(name)
-    sim = _quadratic_sim(_strategy(name), ref.NUM_WORKERS, x,
-                         commit_order=ref.SCHEDULE, workers_per_call=3)
+    sim, ref_centers, ref_stalenesses = _schedule_in_rounds(name)
     with self.assertRaisesRegex(ValueError, "max_commits must be positive"):
       sim.run_round(max_commits=0)
     records = []
