@@ -11,7 +11,8 @@ from experiments.report import design
 
 
 def runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
-         epochs: float, codecs: Sequence[str] = design.CODECS
+         epochs: float, train_examples: int,
+         codecs: Sequence[str] = design.CODECS
          ) -> Tuple[design.RunSpec, ...]:
   """The beyond section's runs: AGN, AGN + DN, AGN + DyLU and AEASGD per cell.
 
@@ -20,17 +21,25 @@ def runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
   (Liu, Douillard et al. 2024) at DiLoCo's outer settings, lr 0.7 and
   momentum 0.9, updating its momentum once per n commits; DyLU gives each
   worker a window proportional to its speed. AGN then runs with each codec
-  at the first cell. DyLU's runs come last.
+  at the first cell. DyLU's runs come last. Every run evaluates the center
+  at least `design.EVALUATIONS` times (`design.evaluation_flags`, on
+  `train_examples` training examples), as the grid's runs do: E test
+  decides the DN and DyLU claims.
 
-  >>> [r.name for r in runs((), [(4, 2)], 1.0, ("int8",))]
+  >>> [r.name for r in runs(("--batch_size=8",), [(4, 2)], 1.0, 1000,
+  ...                       ("int8",))]
   ['agn-n4-l2-s0-plain', 'aeasgd-n4-l2-s0-plain', 'agn-n4-l2-s0-dn', \
 'agn-n4-l2-s0-int8', 'agn-n4-l2-s0-dylu']
   """
   speeds = base + (f"--speed_model={design.HETEROGENEOUS_SPEEDS}",)
 
+  batch = int(design.flag_value(base, "batch_size"))
+
   def run(strategy, n, l, flags, variant):
-    return design.RunSpec(design.BEYOND, strategy, n, l, 0, epochs,
+    spec = design.RunSpec(design.BEYOND, strategy, n, l, 0, epochs,
                           speeds + flags, variant)
+    return spec._replace(flags=spec.flags + design.evaluation_flags(
+        spec, train_examples, batch))
 
   found, dylu = [], []
   for n, l in cells:

@@ -651,7 +651,8 @@ def preset(name: str) -> Preset:
         f"`--speed_model={HETEROGENEOUS_SPEEDS}`: on the next-byte language "
         "model (n = 8, λ = 10, 2 seeds), and at two cells of the paper's "
         "grid at its full budget (one seed), on this CPU",
-        language_model.runs() + beyond.runs(paper_base, cells, 40.0), (40,),
+        language_model.runs() + beyond.runs(paper_base, cells, 40.0, 60000),
+        (40,),
         (10, 40), 1, 60000, cells[0], 4)
   if name == "quick":
     quick_base = (flagfile("report_quick.flags"),)
@@ -672,7 +673,7 @@ def preset(name: str) -> Preset:
     # At a cell of the grid, whose AGN and AEASGD programs it reuses.
     from experiments.report import beyond  # pylint: disable=g-import-not-at-top
     return p._replace(runs=p.runs + beyond.runs(quick_base, [(4, 4)], 2.0,
-                                                ("int8",)))
+                                                p.train_examples, ("int8",)))
   raise ValueError(f"--preset accepts {', '.join(PRESETS)}, not {name!r}")
 
 
