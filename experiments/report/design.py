@@ -286,6 +286,13 @@ def evaluation_flags(run: RunSpec, train_examples: int,
           f"--eval_every_commits={max(1, commits // EVALUATIONS)}")
 
 
+def with_evaluations(run: RunSpec, train_examples: int,
+                     batch_size: int) -> RunSpec:
+  """`run` with `evaluation_flags` added to its flags."""
+  return run._replace(flags=run.flags + evaluation_flags(
+      run, train_examples, batch_size))
+
+
 class Mechanism(NamedTuple):
   """The mechanism section's runs (RQ2 and RQ4), every one with `--diagnostics`.
 
@@ -446,8 +453,7 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   thesis_base = base + setting
 
   def evaluated(run):
-    return run._replace(flags=run.flags + evaluation_flags(
-        run, train_examples, batch))
+    return with_evaluations(run, train_examples, batch)
 
   def grid_run(section, strategy, cell, seed, flags):
     return evaluated(RunSpec(section, strategy, *cell, seed, epochs, flags))
