@@ -7,6 +7,7 @@ Its language-model part is `language_model`.
 
 from typing import Sequence, Tuple
 
+from experiments.report import budget
 from experiments.report import design
 
 
@@ -22,7 +23,7 @@ def runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
   momentum 0.9, updating its momentum once per n commits; DyLU gives each
   worker a window proportional to its speed. AGN then runs with each codec
   at the first cell. DyLU's runs come last. Every run evaluates the center
-  at least `design.EVALUATIONS` times (`design.with_evaluations`, on
+  at least `budget.EVALUATIONS` times (`budget.with_evaluations`, on
   `train_examples` training examples), as the grid's runs do: E test
   decides the DN and DyLU claims.
 
@@ -36,7 +37,7 @@ def runs(base: Tuple[str, ...], cells: Sequence[Tuple[int, int]],
   batch = int(design.flag_value(base, "batch_size"))
 
   def run(strategy, n, l, flags, variant):
-    return design.with_evaluations(
+    return budget.with_evaluations(
         design.RunSpec(design.BEYOND, strategy, n, l, 0, epochs,
                        speeds + flags, variant), train_examples, batch)
 

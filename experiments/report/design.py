@@ -20,6 +20,7 @@ import math
 import os
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
+from experiments.report import budget
 from experiments.report import thesis
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
@@ -40,9 +41,6 @@ MECHANISM = "mechanism"
 THESIS_ASSIGNMENT, THESIS_SPEEDS = "epoch_slices", "thesis"
 THESIS_SETTING = (f"--data_assignment={THESIS_ASSIGNMENT}",
                   f"--speed_model={THESIS_SPEEDS}")
-# Every grid run evaluates its center at least this often (the E test rule
-# needs 20), where its windows allow.
-EVALUATIONS = 25
 # DOWNPOUR's sweep: the thesis names no optimizer; Adam 1e-3 (its other
 # runs), Adagrad 1e-2 (dist-keras' workflow notebook) and plain SGD 1e-2
 # (Dean et al.'s DOWNPOUR without Adagrad).
@@ -69,9 +67,6 @@ LOGNORMAL, LOGNORMAL_SPEEDS = "lognormal", HETEROGENEOUS_SPEEDS
 # η = 0.1, so α = 0.5.
 ALPHA_VARIANT = 0.5
 THESIS_ALPHA = "alpha0.05"  # The variant name of a run at the thesis' α.
-# Each cell the report shows holds at least this many windows per worker
-# (the paper's grid had at least 11).
-MIN_WINDOWS = 5
 # Every section that owns runs, in the order `--sections` and the ledger list
 # them.
 RUN_SECTIONS = (GRID, DOWNPOUR, NORMALIZATION, MECHANISM, DYNSGD, ABLATION,
@@ -153,8 +148,8 @@ class Preset(NamedTuple):
     ablation_cell: the (n, λ) of the ablation and DiLoCo runs.
     gap_cell: the (n, λ) where AEASGD runs again with both α, and AGN
       under three commit orders, at the gap's budget: the most workers, then
-      the longest window, that keeps `MIN_WINDOWS` windows a worker (see
-      `gap_cell`).
+      the longest window, that keeps `budget.MIN_WINDOWS` windows a worker (see
+      `budget.gap_cell`).
     layers: weight layers of the model, for λ ≈ (n + layers) / 2.
     platform: the `--platform` its runs ask for (None: JAX's default).
     mechanism: the design of its mechanism section's runs (RQ2, RQ4), or
@@ -231,66 +226,6 @@ def flag_value(flags: Tuple[str, ...], name: str):
   3
   """
   return _parsed(tuple(flags))[name].value
-
-
-def windows_per_worker(run: RunSpec, train_examples: int,
-                       batch_size: int) -> int:
-  """Whole windows in one worker's share of the run's data."""
-  from agn_jax.shares import windows_per_worker as count  # pylint: disable=g-import-not-at-top
-  return count(train_examples, run.num_workers, run.epochs,
-               run.communication_window, batch_size)
-
-
-def gap_cell(cells: Sequence[Tuple[int, int]], epochs: float,
-             train_examples: int, batch_size: int) -> Optional[Tuple[int, int]]:
-  """Where to vary AEASGD's α a second time, chosen before any run.
-
-  The thesis' AEASGD and ours are expected to part most with many workers
-  (the center moves by α of one worker's distance per commit, so it lags
-  further behind n workers): of the preset's grid cells, the one with the
-  most workers, then the longest window, whose share still holds
-  `MIN_WINDOWS` windows a worker at `epochs`.
-
-  >>> gap_cell([(40, 40), (10, 10), (40, 10)], 10.0, 60000, 128)
-  (40, 10)
-  """
-  for n, l in sorted(cells, reverse=True):
-    probe = RunSpec(ABLATION, BASELINE, n, l, 0, epochs, ())
-    if windows_per_worker(probe, train_examples, batch_size) >= MIN_WINDOWS:
-      return n, l
-  return None
-
-
-def evaluation_flags(run: RunSpec, train_examples: int,
-                     batch_size: int) -> Tuple[str, ...]:
-  """The evaluation cadence giving the run at least `EVALUATIONS` evaluations.
-
-  A worker commits at most once a round, so a run has at least as many
-  rounds as windows a worker: `--eval_every_rounds` where those are
-  `EVALUATIONS` or more; else every round and after every
-  (commits // `EVALUATIONS`)-th commit too (`--eval_every_commits`, where a
-  round then ends).
-
-  >>> evaluation_flags(RunSpec(GRID, REFERENCE, 10, 10, 0, 40.0, ()),
-  ...                  60000, 128)
-  ('--eval_every_rounds=7',)
-  >>> evaluation_flags(RunSpec(GRID, REFERENCE, 40, 40, 0, 40.0, ()),
-  ...                  60000, 128)
-  ('--eval_every_rounds=1', '--eval_every_commits=17')
-  """
-  windows = windows_per_worker(run, train_examples, batch_size)
-  if windows >= EVALUATIONS:
-    return (f"--eval_every_rounds={windows // EVALUATIONS}",)
-  commits = windows * run.num_workers
-  return ("--eval_every_rounds=1",
-          f"--eval_every_commits={max(1, commits // EVALUATIONS)}")
-
-
-def with_evaluations(run: RunSpec, train_examples: int,
-                     batch_size: int) -> RunSpec:
-  """`run` with `evaluation_flags` added to its flags."""
-  return run._replace(flags=run.flags + evaluation_flags(
-      run, train_examples, batch_size))
 
 
 class Mechanism(NamedTuple):
@@ -453,7 +388,7 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   thesis_base = base + setting
 
   def evaluated(run):
-    return with_evaluations(run, train_examples, batch)
+    return budget.with_evaluations(run, train_examples, batch)
 
   def grid_run(section, strategy, cell, seed, flags):
     return evaluated(RunSpec(section, strategy, *cell, seed, epochs, flags))
@@ -509,7 +444,7 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
             f"--elastic_learning_rate={ALPHA_VARIANT / 5:g}", "--rho=5"),
         f"alpha{ALPHA_VARIANT:g}"))
   # Both α again where the gap to the thesis is expected to be widest.
-  gap = gap_cell(cells, gap_epochs, train_examples, batch)
+  gap = budget.gap_cell(cells, gap_epochs, train_examples, batch)
   if gap is not None:
     # AGN's commit order there too: the cell of the grid where AGN parts
     # furthest from the thesis in the committed study (n/λ = 4).

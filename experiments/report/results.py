@@ -1,7 +1,7 @@
 """The one reader of a study's runs: each run's figures, by `RunSpec`.
 
 A run counts once it has completed (`experiments.rundirs.completed`); one below
-`design.MIN_WINDOWS` windows per worker is never shown. Every figure the
+`budget.MIN_WINDOWS` windows per worker is never shown. Every figure the
 report prints comes from `Figures`, so the sections agree on what "training
 accuracy" or "time" means.
 """

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from experiments.report import budget
 from experiments.report import claims
 from experiments.report import design
 from experiments.report import formulas
@@ -148,7 +149,7 @@ def test_cpu_mechanism_runs_are_rq2_and_rq4_s_design():
     assert v.diagnostics_every * v.communication_window == 50
   # n = 40 at λ = 10: 60,000 × 5 / (128 × 40) = 58 steps, 5 windows.
   at_40 = [r for r in runs if r.cell == (40, 10)]
-  assert {design.windows_per_worker(r, 60000, 128) for r in at_40} == {5}
+  assert {budget.windows_per_worker(r, 60000, 128) for r in at_40} == {5}
   assert sum(p.samples(r) for r in runs) == pytest.approx(18 * 0.3e6)
   # Every name is distinct, and the seed-0 runs at n = 10 are RQ4's first.
   assert len({r.name for r in runs}) == len(runs)
@@ -279,8 +280,8 @@ def test_every_cell_of_every_preset_has_at_least_five_windows(name):
   for r in p.runs:
     # Steps of one worker's share, then whole windows: by hand.
     steps = int(r.epochs * p.train_examples) // p.batch_size() // r.num_workers
-    assert steps // r.communication_window >= design.MIN_WINDOWS, r.name
-    assert design.windows_per_worker(r, p.train_examples,
+    assert steps // r.communication_window >= budget.MIN_WINDOWS, r.name
+    assert budget.windows_per_worker(r, p.train_examples,
                                      p.batch_size()) == \
         steps // r.communication_window
 

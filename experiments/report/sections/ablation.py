@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from experiments.report import budget
 from experiments.report import design
 from experiments.report import results as results_lib
 from experiments.report.sections import (Context, duration, num, pct, pyplot,
@@ -190,10 +191,10 @@ def _gap(ctx: Context, specs) -> List[str]:
     return []
   n, l = gap["cell"]
   epochs = next((r.epochs for r in specs if r.cell == gap["cell"]), None)
-  budget = f" ({epochs:g} epochs)" if epochs is not None else ""
-  lines = [f"AEASGD's α again at n = {n}, λ = {l}{budget}, the "
+  epochs_note = f" ({epochs:g} epochs)" if epochs is not None else ""
+  lines = [f"AEASGD's α again at n = {n}, λ = {l}{epochs_note}, the "
            "cell with the most workers, then the longest window, that keeps "
-           f"{design.MIN_WINDOWS} windows a worker at this budget (chosen "
+           f"{budget.MIN_WINDOWS} windows a worker at this budget (chosen "
            "before the runs: with many workers the center, which moves by α "
            "of one worker's distance a commit, lags furthest):", ""]
   lines += table(["α", "AEASGD test"], [

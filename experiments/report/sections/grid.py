@@ -8,6 +8,7 @@ import numpy as np
 
 from experiments import curves
 from experiments import plots
+from experiments.report import budget
 from experiments.report import design
 from experiments.report import results as results_lib
 from experiments.report import thesis
@@ -69,12 +70,12 @@ def cell_summary(ctx: Context, cell: Cell,
 
 def shown_cells(ctx: Context, results: Optional[results_lib.Results] = None
                 ) -> Dict[Cell, Dict[str, object]]:
-  """The cells with results and at least `design.MIN_WINDOWS` windows a worker."""
+  """The cells with results and at least `budget.MIN_WINDOWS` windows a worker."""
   results = results or ctx.results
   out = {}
   for cell in results.preset.grid_cells:
     summary = cell_summary(ctx, cell, results)
-    if summary is not None and summary["windows"] >= design.MIN_WINDOWS:
+    if summary is not None and summary["windows"] >= budget.MIN_WINDOWS:
       out[cell] = summary
   return out
 
@@ -189,9 +190,9 @@ def _row(ctx: Context, cell: Cell) -> List[str]:
                     t and getattr(t, f"{name}_train_accuracy")),
             _beside(results_lib.estimate([r.test_accuracy for r in runs]),
                     t and getattr(t, f"{name}_test_accuracy"))]
-  if windows and min(windows) < design.MIN_WINDOWS:
+  if windows and min(windows) < budget.MIN_WINDOWS:
     return [str(n), str(l), f"{min(windows):.0f}",
-            f"not shown: < {design.MIN_WINDOWS} windows a worker"] + [""] * 7
+            f"not shown: < {budget.MIN_WINDOWS} windows a worker"] + [""] * 7
   s = cell_summary(ctx, cell)
   e_train = s["e_train"] if s else results_lib.Estimate(None, None, 0)
   e_test = s["e_test"] if s else results_lib.Estimate(None, None, 0)
