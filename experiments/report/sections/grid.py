@@ -70,7 +70,7 @@ def cell_summary(ctx: Context, cell: Cell,
 
 def shown_cells(ctx: Context, results: Optional[results_lib.Results] = None
                 ) -> Dict[Cell, Dict[str, object]]:
-  """The cells with results and at least `budget.MIN_WINDOWS` windows a worker."""
+  """The cells with results and `budget.MIN_WINDOWS` or more windows a worker."""
   results = results or ctx.results
   out = {}
   for cell in results.preset.grid_cells:
