@@ -10,6 +10,7 @@ import numpy as np
 from agn_jax import compression, models, strategies, tasks
 from agn_jax.config import TrainConfig
 from agn_jax.data.dataset import Example, example_of
+from agn_jax.kept import kept
 
 
 def check_strategy_settings(config: TrainConfig) -> TrainConfig:
@@ -40,26 +41,37 @@ def build_strategy(config: TrainConfig) -> strategies.Strategy:
       commits no delta.
   """
   config = check_strategy_settings(config)
-  name = config.strategy
+  return _strategy(config.strategy, config.communication_window,
+                   config.worker_optimizer, config.learning_rate,
+                   config.momentum, config.rho, config.elastic_learning_rate,
+                   config.normalization, config.server_optimizer,
+                   config.server_learning_rate, config.server_momentum,
+                   config.server_every, config.commit_compression)
+
+
+# Built once per process for the same settings: a strategy is pure, and the
+# same object lets the simulator reuse the programs it traced on it for the
+# next run (`agn_jax.sim.engine`).
+@kept
+def _strategy(name, communication_window, worker_optimizer, learning_rate,
+              momentum, rho, elastic_learning_rate, normalization,
+              server_optimizer, server_learning_rate, server_momentum,
+              server_every, commit_compression) -> strategies.Strategy:
   accepted = strategies.parameters(name)
-  inner = strategies.make_worker_optimizer(config.worker_optimizer,
-                                           config.learning_rate,
-                                           config.momentum)
-  outer = strategies.make_server_optimizer(config.server_optimizer,
-                                           config.server_learning_rate,
-                                           config.server_momentum,
-                                           config.server_every)
-  settings = dict(communication_window=config.communication_window,
-                  inner=inner, learning_rate=config.learning_rate,
-                  rho=config.rho,
-                  elastic_learning_rate=config.elastic_learning_rate,
-                  momentum=config.momentum,
-                  normalization=config.normalization,
+  inner = strategies.make_worker_optimizer(worker_optimizer, learning_rate,
+                                           momentum)
+  outer = strategies.make_server_optimizer(server_optimizer,
+                                           server_learning_rate,
+                                           server_momentum, server_every)
+  settings = dict(communication_window=communication_window,
+                  inner=inner, learning_rate=learning_rate, rho=rho,
+                  elastic_learning_rate=elastic_learning_rate,
+                  momentum=momentum, normalization=normalization,
                   server_optimizer=outer)
   strategy = strategies.get_strategy(
       name, **{k: v for k, v in settings.items() if k in accepted})
-  return strategies.with_compression(
-      strategy, compression.parse(config.commit_compression))
+  return strategies.with_compression(strategy,
+                                     compression.parse(commit_compression))
 
 
 def build_task(config: TrainConfig) -> tasks.Task:
@@ -73,9 +85,17 @@ def build_model(config: TrainConfig, num_classes: int, input_shape):
   The model is the one `config.model` names (`agn_jax.models.create_model`),
   the loss its task's (`config.task`), built on `model.apply`.
   """
-  model = models.create_model(config.model, num_classes, tuple(input_shape),
-                              tuple(config.hidden_sizes))
-  return model, build_task(config).loss(model.apply)
+  return _model(config.model, int(num_classes),
+                tuple(int(d) for d in input_shape),
+                tuple(config.hidden_sizes), config.task)
+
+
+# Once per process for the same settings, as `_strategy`: the same loss
+# function lets the simulator and the evaluations reuse their programs.
+@kept
+def _model(name, num_classes, input_shape, hidden_sizes, task):
+  model = models.create_model(name, num_classes, input_shape, hidden_sizes)
+  return model, tasks.get_task(task).loss(model.apply)
 
 
 def check_fit(config: TrainConfig, model, loss_fn, dataset,

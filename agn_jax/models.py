@@ -11,6 +11,7 @@ import optax
 
 from agn_jax import names
 from agn_jax import tasks
+from agn_jax.kept import kept
 
 PAPER_HIDDEN_SIZES = (1000, 2000, 1000)
 
@@ -201,7 +202,14 @@ def init_params(model: nn.Module, rng: jax.Array, input_dim,
   # Jitted: one compiled program instead of every initializer's operations
   # dispatched one by one (a transformer's: seconds). The MLP's and the
   # CNN's parameters are bit for bit the eager ones.
-  return jax.jit(model.init)(rng, jnp.zeros((1,) + shape, dtype))
+  return _jitted_init(model)(rng, jnp.zeros((1,) + shape, dtype))
+
+
+# One per model (modules are frozen dataclasses: equal settings, equal
+# modules), so a process's later runs of a model reuse its traced program.
+@kept
+def _jitted_init(model: nn.Module):
+  return jax.jit(model.init)
 
 
 def classification_loss(

@@ -39,6 +39,12 @@ CPU, where workers one after another keep one model in cache and run faster
 than vmapped ones, and all of a device's workers on GPU or TPU
 (`default_workers_per_call`).
 
+**Programs kept across runs.** The jitted round, restart and initial states
+are built once per process for the same arguments (`agn_jax.kept`): the
+same strategy and loss function objects, which `agn_jax.build` hands out
+once per setting. A second run of the same program in one process (another seed,
+budget or clock) traces, lowers and compiles none of them again.
+
 Example:
   >>> import jax.numpy as jnp
   >>> map_in_place(lambda s, x: (s + x, x), jnp.zeros(3), jnp.ones(3))[0]
@@ -54,11 +60,13 @@ import numpy as np
 
 from agn_jax import instruments as instruments_lib
 from agn_jax import kernel as kernel_lib
+from agn_jax.kept import kept
 from agn_jax import strategies
 from agn_jax import wire
 from agn_jax.sim.clock import Workload
 
 AXIS = "workers"
+
 
 
 class Workers(NamedTuple):
@@ -129,6 +137,11 @@ class DiagnosticsCarry(NamedTuple):
 def initial_diagnostics(diagnostics: instruments_lib.Diagnostics, center, num_workers: int,
                         sharding) -> DiagnosticsCarry:
   """No commit measured yet; every worker holds `center`."""
+  return _diagnostics_init(diagnostics, num_workers, sharding)(center)
+
+
+@kept
+def _diagnostics_init(diagnostics, num_workers, sharding):
 
   def init(center):
     like = diagnostics.restrict(center)
@@ -138,7 +151,7 @@ def initial_diagnostics(diagnostics: instruments_lib.Diagnostics, center, num_wo
             lambda x: jnp.broadcast_to(x, (num_workers,) + jnp.shape(x)),
             like))
 
-  return jax.jit(init, out_shardings=sharding)(center)
+  return jax.jit(init, out_shardings=sharding)
 
 
 def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
@@ -167,14 +180,9 @@ def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
                                 np.asarray(x_train).dtype),
            jax.ShapeDtypeStruct((batch_size,) + np.shape(y_train)[1:],
                                 np.asarray(y_train).dtype))
-  grad = jax.jit(jax.grad(lambda p, b: loss_fn(p, b)[0]))
-  flops = 0.0
-  try:
-    cost = grad.lower(center, batch).cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    flops = float((cost or {}).get("flops", 0.0))
-  except Exception:  # pylint: disable=broad-except
-    pass  # A backend without cost analysis: the dense-layer count below.
+  leaves, treedef = jax.tree.flatten(center)
+  flops = _flops(loss_fn, treedef, tuple(
+      jax.ShapeDtypeStruct(np.shape(a), a.dtype) for a in leaves), batch)
   if not flops > 0:
     flops = 6.0 * num_params * batch_size
   state = jax.eval_shape(strategy.worker_transform.init, center)
@@ -186,6 +194,19 @@ def workload(strategy: strategies.Strategy, loss_fn, center, x_train, y_train,
       payload_vectors=len(strategy.payload),
       pull_before_commit=bool(strategy.pull_before_commit),
       payload_bytes=wire.commit_bytes(strategy, center))
+
+
+@kept
+def _flops(loss_fn, treedef, leaves, batch) -> float:
+  """XLA's FLOP count of one mini-batch's gradient; 0 where it has none."""
+  center = jax.tree.unflatten(treedef, leaves)
+  grad = jax.jit(jax.grad(lambda p, b: loss_fn(p, b)[0]))
+  try:
+    cost = grad.lower(center, batch).cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float((cost or {}).get("flops", 0.0))
+  except Exception:  # pylint: disable=broad-except
+    return 0.0  # A backend without cost analysis: `workload` counts.
 
 
 # --- Devices ----------------------------------------------------------------
@@ -276,7 +297,11 @@ def map_in_place(fn, state, xs, batch_size: int = 1):
 def initial_workers(strategy, center, num_workers: int, keeps_pulled: bool,
                   sharding):
   """n workers' fresh state at `center`, stacked and placed with `sharding`."""
-  n = num_workers
+  return _stacked(strategy, num_workers, keeps_pulled, sharding)(center)
+
+
+@kept
+def _stacked(strategy, n, keeps_pulled, sharding):
 
   def stack(center):
     state = strategy.init_worker(center)
@@ -286,9 +311,10 @@ def initial_workers(strategy, center, num_workers: int, keeps_pulled: bool,
     return jax.tree.map(
         lambda x: jnp.broadcast_to(x, (n,) + jnp.shape(x)), one)
 
-  return jax.jit(stack, out_shardings=sharding)(center)
+  return jax.jit(stack, out_shardings=sharding)
 
 
+@kept
 def build_restart(strategy, sharding):
   """`restart(workers, mask)`: the masked workers start afresh at their parameters.
 
@@ -315,6 +341,7 @@ def build_restart(strategy, sharding):
   return jax.jit(restart, donate_argnums=0, out_shardings=sharding)
 
 
+@kept
 def build_round(strategy, loss_fn, *, mesh, num_workers: int,
                 workers_per_call: int, keeps_pulled: bool,
                 dynamic_local_updates: bool,
@@ -474,11 +501,12 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
     # was (AGN's delta, Adam's moments) keeps its old array, so `put` does
     # not write it back; `_restart` resets it after the round for a
     # rejected worker.
-    kept = strategy.worker_receive(
+    unchanged = strategy.worker_receive(
         ex.committed, strategy.received_center(True, center, pulled), True)
     received = ex.state
     opt_state = jax.tree.map(lambda new, k, old: old if k is old else new,
-                             received.opt_state, kept.opt_state, w.opt_state)
+                             received.opt_state, unchanged.opt_state,
+                             w.opt_state)
     w_new = Workers(received.params, opt_state,
                      center if keeps_pulled else None, server.clock,
                      getattr(received, "residual", None))
