@@ -34,6 +34,19 @@ def tiny_config(tmp_path=None, **settings):
   return TrainConfig(**values)
 
 
+def default_emitters_env():
+  """This environment, but compiling with XLA:CPU's default (fusion) emitters.
+
+  The suite turns them off to compile faster (tests/conftest.py); the older
+  emitters fuse two programs that differ only in what they also measure
+  differently, so where a test says "the same bits" of two such programs,
+  as a user's run has them, it runs them in a child with this environment.
+  """
+  flags = os.environ.get("XLA_FLAGS", "").split()
+  return dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS=" ".join(
+      f for f in flags if not f.startswith("--xla_cpu_use_fusion_emitters")))
+
+
 def run_cli(*args, timeout=120):
   """Runs `python -m experiments.train ARGS` from the repository root."""
   return subprocess.run([sys.executable, "-m", "experiments.train", *args],

@@ -11,6 +11,8 @@ commit as sent, each `Δ`, are known exactly.
 
 import json
 import math
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +23,7 @@ from agn_jax import TrainConfig, build, instruments
 from agn_jax.wire import FlatLayout
 from agn_jax.runtime import train
 from agn_jax.sim.simulation import Simulation
-from helpers import metrics_rows
+from helpers import REPO, default_emitters_env, metrics_rows
 from test_diagnostics import NAMES, digits  # pylint: disable=unused-import
 
 WALL_FIELDS = ("time", "wall_time", "seconds", "window_start", "window_end")
@@ -133,11 +135,28 @@ def test_gradient_cosine_is_against_the_negative_gradient_at_the_center(
                                want, rtol=1e-3, atol=1e-5)
 
 
+_ON_AND_OFF = """
+import json, sys
+from agn_jax import TrainConfig
+from agn_jax.runtime import train
+on, off = (TrainConfig.from_dict(v) for v in json.loads(sys.argv[1]))
+print(json.dumps([train(on), train(off)]))
+"""
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+  """The same run with and without the instruments, compiled as a user's run is (`default_emitters_env`)."""
   tmp_path = tmp_path_factory.mktemp("diagnostics")
-  on = train(_config(tmp_path, "on", diagnostics=True, diagnostics_every=4))
-  off = train(_config(tmp_path, "off"))
+  configs = [_config(tmp_path, "on", diagnostics=True, diagnostics_every=4),
+             _config(tmp_path, "off")]
+  result = subprocess.run(
+      [sys.executable, "-c", _ON_AND_OFF,
+       json.dumps([c.to_dict() for c in configs])],
+      env=default_emitters_env(), capture_output=True, text=True,
+      timeout=300, cwd=REPO)
+  assert result.returncode == 0, result.stderr[-3000:]
+  on, off = json.loads(result.stdout.strip().splitlines()[-1])
   return tmp_path, on, off
 
 
