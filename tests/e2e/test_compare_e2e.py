@@ -52,18 +52,27 @@ def test_cli_prints_every_pair_and_draws_the_plot(tmp_path):
   assert [r["convergence"] for r in numbers["runs"]] == ["converged"] * 3
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_run", "empty", "one"])
-def test_cli_bad_run_dirs_are_one_line_errors(tmp_path, case):
-  good = write_run(tmp_path / "good", eval_curve=[(0, 0.1), (1, 0.2)])
+@pytest.mark.parametrize("case", ["missing", "not_a_run", "empty"])
+def test_bad_run_dirs_are_refused_with_the_reason(tmp_path, case):
+  # What the CLI prints after "compare: error:" (a case of each kind runs
+  # the program below).
   if case == "missing":
-    args = [good, str(tmp_path / "nope")]
+    path, reason = str(tmp_path / "nope"), "no such run directory"
   elif case == "not_a_run":
     os.makedirs(tmp_path / "plain")
-    args = [good, str(tmp_path / "plain")]
-  elif case == "empty":
-    args = [good, write_run(tmp_path / "empty")]
+    path = str(tmp_path / "plain")
+    reason = r"not a run directory \(no metrics.jsonl\)"
   else:
-    args = [good]
+    path = write_run(tmp_path / "empty")
+    reason = "holds no commit or eval events"
+  with pytest.raises(compare.RunDirError, match=reason):
+    compare.read_run(path)
+
+
+@pytest.mark.parametrize("case", ["missing", "one"])
+def test_cli_bad_run_dirs_are_one_line_errors(tmp_path, case):
+  good = write_run(tmp_path / "good", eval_curve=[(0, 0.1), (1, 0.2)])
+  args = [good, str(tmp_path / "nope")] if case == "missing" else [good]
   result = run_compare(*args)
   assert result.returncode != 0
   assert "Traceback" not in result.stderr
@@ -119,6 +128,8 @@ def test_non_numeric_field_names_file_and_line(tmp_path, bad):
                      match=f"metrics.jsonl:3: field 'accuracy' is not a "
                      "number"):
     compare.read_run(path)
+  if bad != '"abc"':
+    return  # The program's one line, for one of them.
   good = write_run(tmp_path / "good", eval_curve=[(0, 0.1), (1, 0.2)])
   result = run_compare(good, path)
   assert result.returncode != 0
