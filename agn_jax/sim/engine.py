@@ -392,6 +392,7 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
 
     def one(w, args):
       idx, is_due, length = args
+      traced = []
 
       def mean(values):
         # Over the window's own steps (a shorter window's others are NaN);
@@ -415,12 +416,16 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
         # reports no such metric).
         steps = ({step_metric: metrics[step_metric].astype(jnp.float32)}
                  if step_metric in metrics else {})
+        records = (loss, means, steps)
+        traced.append(jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), records))
         return (w._replace(params=result.params,
-                           opt_state=result.opt_state),
-                (loss, means, steps))
+                           opt_state=result.opt_state), records)
 
       def skip(w):
-        shapes = jax.eval_shape(run, w)[1]
+        # `lax.cond` traces `run` first: its records' shapes, without
+        # tracing the window kernel a second time.
+        shapes = traced[-1] if traced else jax.eval_shape(run, w)[1]
         return w, jax.tree.map(
             lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
 
