@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from agn_jax import TrainConfig
+from agn_jax import TrainConfig, data
 from agn_jax.runtime import train
 from helpers import (REPO, assert_one_line_error, metrics_rows, run_cli,
                      train_here)
@@ -333,7 +333,11 @@ def test_ctrl_c_checkpoints_between_rounds_and_resume_finishes(tmp_path):
   assert 20 <= len(commits) < summary["expected_commits"]
   assert summary["last_checkpoint"] == commits[-1]["clock"]
 
-  result = run_cli("--resume", f"--workdir={workdir}", "--epochs=100",
+  # On for about 40 more commits (not the 100 epochs' 1,800): from the
+  # checkpoint, with only the budget changed.
+  num_train = len(data.load("digits", seed=0).x_train)
+  epochs = (len(commits) + 40) * 5 * 16 / num_train + 1e-6
+  result = run_cli("--resume", f"--workdir={workdir}", f"--epochs={epochs}",
                    timeout=600)
   assert result.returncode == 0, result.stderr
   summary = json.loads((workdir / "summary.json").read_text())
