@@ -292,8 +292,6 @@ def map_in_place(fn, state, xs, batch_size: int = 1):
   return carry
 
 
-
-
 def initial_workers(strategy, center, num_workers: int, keeps_pulled: bool,
                   sharding):
   """n workers' fresh state at `center`, stacked and placed with `sharding`."""
@@ -340,6 +338,27 @@ def build_restart(strategy, sharding):
 
   return jax.jit(restart, donate_argnums=0, out_shardings=sharding)
 
+
+def _when(pred, fn, state):
+  """`fn(state)`, a `(state, records)` pair, where `pred`; else `state` as it was and NaN records.
+
+  `lax.cond` traces `fn` first (then the skip, which takes the records'
+  shapes from that trace): `fn` is traced once, not again for its shapes.
+  """
+  traced = []
+
+  def run(state):
+    state, records = fn(state)
+    traced.append(jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), records))
+    return state, records
+
+  def skip(state):
+    shapes = traced[-1] if traced else jax.eval_shape(fn, state)[1]
+    return state, jax.tree.map(
+        lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
+
+  return jax.lax.cond(pred, run, skip, state)
 
 @kept
 def build_round(strategy, loss_fn, *, mesh, num_workers: int,
@@ -392,7 +411,6 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
 
     def one(w, args):
       idx, is_due, length = args
-      traced = []
 
       def mean(values):
         # Over the window's own steps (a shorter window's others are NaN);
@@ -416,20 +434,11 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
         # reports no such metric).
         steps = ({step_metric: metrics[step_metric].astype(jnp.float32)}
                  if step_metric in metrics else {})
-        records = (loss, means, steps)
-        traced.append(jax.tree.map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), records))
         return (w._replace(params=result.params,
-                           opt_state=result.opt_state), records)
+                           opt_state=result.opt_state),
+                (loss, means, steps))
 
-      def skip(w):
-        # `lax.cond` traces `run` first: its records' shapes, without
-        # tracing the window kernel a second time.
-        shapes = traced[-1] if traced else jax.eval_shape(run, w)[1]
-        return w, jax.tree.map(
-            lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
-
-      return jax.lax.cond(is_due, run, skip, w)
+      return _when(is_due, run, w)
 
     workers, (loss, means, steps) = map_in_place(
         one, workers, (indices, due, lengths), batch_size=k)
@@ -478,12 +487,8 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
           diagnostics, loss_fn, state, probe, delta, center_pulled, before,
           after, clock)
 
-    def skip(state):  # A rejected commit moved nothing and is not measured.
-      shapes = jax.eval_shape(update, state)[1]
-      return state, {k: jnp.full(v.shape, jnp.nan, v.dtype)
-                     for k, v in shapes.items()}
-
-    return jax.lax.cond(accepted, update, skip, diag.state)
+    # A rejected commit moved nothing and is not measured.
+    return _when(accepted, update, diag.state)
 
   def commit_one(i, carry):
     """The i-th commit of the round, through the strategy's half-steps."""
