@@ -68,7 +68,6 @@ from agn_jax.sim.clock import Workload
 AXIS = "workers"
 
 
-
 class Workers(NamedTuple):
   """The stacked worker state (leading axis: worker).
 
