@@ -1,4 +1,5 @@
 """Programs kept across the runs of one process (`agn_jax.kept`): reused, and computing exactly what a fresh build computes."""
+# pylint: disable=protected-access
 
 import dataclasses
 
@@ -9,9 +10,9 @@ from agn_jax.config import SimulatedOptions, TrainConfig
 from agn_jax.sim import engine
 from agn_jax.sim.simulation import Simulation
 
-KEPT = (build._strategy, build._model, models._jitted_init,  # pylint: disable=protected-access
-        engine.build_round, engine.build_restart, engine._stacked,  # pylint: disable=protected-access
-        engine._diagnostics_init, engine._flops)  # pylint: disable=protected-access
+KEPT = (build._strategy, build._model, models._jitted_init,
+        engine.build_round, engine.build_restart, engine._stacked,
+        engine._diagnostics_init, engine._flops)
 
 
 def _config(seed, **changes):
@@ -39,14 +40,14 @@ def test_a_second_run_reuses_the_programs_and_computes_what_a_fresh_build_does()
   first = Simulation.from_config(_config(0), digits)
   second = Simulation.from_config(_config(1), digits)  # Another seed.
   assert second.strategy is first.strategy
-  assert second._round_fn is first._round_fn  # pylint: disable=protected-access
-  assert second._restart_fn is first._restart_fn  # pylint: disable=protected-access
+  assert second._round_fn is first._round_fn
+  assert second._restart_fn is first._restart_fn
   seed_0 = _center_after_rounds(first)
   reused = _center_after_rounds(second)
   assert not np.array_equal(seed_0, reused)
   _forget()
   fresh = Simulation.from_config(_config(1), digits)
-  assert fresh._round_fn is not second._round_fn  # pylint: disable=protected-access
+  assert fresh._round_fn is not second._round_fn
   np.testing.assert_array_equal(_center_after_rounds(fresh), reused)
 
 
@@ -56,4 +57,4 @@ def test_another_setting_builds_its_own():
   for changed in (dict(communication_window=3), dict(learning_rate=1e-2),
                   dict(hidden_sizes=(9,))):
     other = Simulation.from_config(_config(0, **changed), digits)
-    assert other._round_fn is not one._round_fn, changed  # pylint: disable=protected-access
+    assert other._round_fn is not one._round_fn, changed
