@@ -95,6 +95,11 @@ def window_kernel(loss_fn: LossFn,
   def first(batches):
     return jax.tree.map(lambda b: b[0], batches)
 
+  def step_metric_shapes(carry, batches):
+    """`step`'s metrics for one batch, shapes only: the loss, no gradient."""
+    loss, aux = jax.eval_shape(loss_fn, carry[0], first(batches))
+    return {"loss": loss, **aux}
+
   def either(pred, if_true, if_false, *operands):
     """`if_true(*operands)` where `pred`, else `if_false(*operands)`.
 
@@ -137,14 +142,14 @@ def window_kernel(loss_fn: LossFn,
     length = jax.tree.leaves(batches)[0].shape[0]
     metrics = jax.tree.map(
         lambda s: jnp.zeros((length,) + s.shape, s.dtype),
-        jax.eval_shape(step, carry, first(batches))[1])
+        step_metric_shapes(carry, batches))
     return either(starts_window(carry, length), whole_window,
                   lambda c, m: jax.lax.scan(step, c, batches), carry, metrics)
 
   def first_steps(carry, batches, steps):
     """The first `steps` of `batches`' steps; NaN metrics for the others."""
     length = jax.tree.leaves(batches)[0].shape[0]
-    shapes = jax.eval_shape(step, carry, first(batches))[1]
+    shapes = step_metric_shapes(carry, batches)
     metrics = jax.tree.map(
         lambda s: jnp.full((length,) + s.shape, jnp.nan if jnp.issubdtype(
             s.dtype, jnp.inexact) else 0, s.dtype), shapes)
