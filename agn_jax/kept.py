@@ -5,7 +5,8 @@ loss, the simulator's jitted round) are pure, so a second run in the same
 process with the same settings can reuse them, and with them every program
 JAX traced and compiled on them: another seed, budget or clock then traces,
 lowers and compiles nothing again (the report's studies run many such runs
-in one process). `kept` keeps the last 16 results of each builder.
+in one process). `kept` keeps the last 16 results of each builder;
+`forget` drops them all.
 
 Module level imports no JAX.
 
@@ -22,6 +23,13 @@ Example:
 import functools
 
 MAXSIZE = 16
+_CACHES = []  # Every kept builder's cache, for `forget`.
+
+
+def forget() -> None:
+  """Drops what every kept builder kept: the next build of each is fresh."""
+  for cache in _CACHES:
+    cache.cache_clear()
 
 
 def kept(builder):
@@ -41,5 +49,5 @@ def kept(builder):
       return builder(*args, **kwargs)
     return cached(*args, **kwargs)
 
-  build.cache_clear = cached.cache_clear
+  _CACHES.append(cached)
   return build

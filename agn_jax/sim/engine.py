@@ -42,8 +42,8 @@ than vmapped ones, and all of a device's workers on GPU or TPU
 **Programs kept across runs.** The jitted round, restart and initial states
 are built once per process for the same arguments (`agn_jax.kept`): the
 same strategy and loss function objects, which `agn_jax.build` hands out
-once per setting. A second run of the same program in one process (another seed,
-budget or clock) traces, lowers and compiles none of them again.
+once per setting. A second run of the same program in one process (another
+seed, budget or clock) traces, lowers and compiles none of them again.
 
 Example:
   >>> import jax.numpy as jnp

@@ -5,14 +5,9 @@ import dataclasses
 
 import numpy as np
 
-from agn_jax import build, data, models
+from agn_jax import data, kept
 from agn_jax.config import SimulatedOptions, TrainConfig
-from agn_jax.sim import engine
 from agn_jax.sim.simulation import Simulation
-
-KEPT = (build._strategy, build._model, models._jitted_init,
-        engine.build_round, engine.build_restart, engine._stacked,
-        engine._diagnostics_init, engine._flops)
 
 
 def _config(seed, **changes):
@@ -23,11 +18,6 @@ def _config(seed, **changes):
       options=SimulatedOptions(speed_model="speeds:2,1")), **changes)
 
 
-def _forget():
-  for builder in KEPT:
-    builder.cache_clear()
-
-
 def _center_after_rounds(sim, rounds=3):
   for _ in range(rounds):
     sim.run_round()
@@ -36,7 +26,7 @@ def _center_after_rounds(sim, rounds=3):
 
 def test_a_second_run_reuses_the_programs_and_computes_what_a_fresh_build_does():
   digits = data.load("digits", seed=0)
-  _forget()
+  kept.forget()
   first = Simulation.from_config(_config(0), digits)
   second = Simulation.from_config(_config(1), digits)  # Another seed.
   assert second.strategy is first.strategy
@@ -45,7 +35,7 @@ def test_a_second_run_reuses_the_programs_and_computes_what_a_fresh_build_does()
   seed_0 = _center_after_rounds(first)
   reused = _center_after_rounds(second)
   assert not np.array_equal(seed_0, reused)
-  _forget()
+  kept.forget()
   fresh = Simulation.from_config(_config(1), digits)
   assert fresh._round_fn is not second._round_fn
   np.testing.assert_array_equal(_center_after_rounds(fresh), reused)
