@@ -50,7 +50,6 @@ from absl import logging
 
 from agn_jax import config as config_lib
 from agn_jax import metrics
-from agn_jax import strategies as strategies_lib
 from agn_jax import workdir as workdir_lib
 from agn_jax.data import DataError
 from agn_jax.errors import CheckpointError, WorkdirBusy, WorkdirError
@@ -384,13 +383,42 @@ def report(sweep_dir: str, strategies: Sequence[str],
   return "\n".join(lines)
 
 
+def _available() -> Tuple[str, ...]:
+  # The registry imports JAX: read only when a flag names strategies.
+  from agn_jax import strategies  # pylint: disable=g-import-not-at-top
+  return strategies.available()
+
+
+def _check_strategies(value) -> bool:
+  if value is None:
+    return True
+  available = _available()
+  if not (value and len(set(value)) == len(value) and
+          all(s in available for s in value)):
+    raise flags.ValidationError(
+        "--strategies accepts distinct names from "
+        f"{','.join(available)}, comma-separated")
+  return True
+
+
+def _check_strategy_flagfile(value) -> bool:
+  if not value:
+    return True
+  available = _available()
+  if not all(s.partition("=")[0] in available and s.partition("=")[2]
+             for s in value):
+    raise flags.ValidationError(
+        "--strategy_flagfile accepts STRATEGY=PATH with STRATEGY one of "
+        f"{','.join(available)}")
+  return True
+
+
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """The training flags (every run's) plus the grid's."""
   # --strategy and --communication_window stay defined, so a train flagfile
   # works here too; --strategies and --communication_windows override them.
   flags_lib.define_train_flags(flag_values,
                                skip=("num_workers", "workdir", "resume"))
-  available = strategies_lib.available()
   flags.DEFINE_list("strategies", None,
                     "Strategies to run, comma-separated; the first is the "
                     "reference of E. Default: --strategy alone.",
@@ -421,18 +449,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     "Keep the completed runs found in --sweep_dir, resume the "
                     "ones with a checkpoint, rerun the others.",
                     flag_values=flag_values)
-  flags.register_validator(
-      "strategies",
-      lambda v: v is None or (bool(v) and len(set(v)) == len(v) and all(
-          s in available for s in v)),
-      message="--strategies accepts distinct names from "
-      f"{','.join(available)}, comma-separated", flag_values=flag_values)
-  flags.register_validator(
-      "strategy_flagfile",
-      lambda v: all(s.partition("=")[0] in available and
-                    s.partition("=")[2] for s in v),
-      message="--strategy_flagfile accepts STRATEGY=PATH with STRATEGY one "
-      f"of {','.join(available)}", flag_values=flag_values)
+  flags.register_validator("strategies", _check_strategies,
+                           flag_values=flag_values)
+  flags.register_validator("strategy_flagfile", _check_strategy_flagfile,
+                           flag_values=flag_values)
   for name in ("num_workers", "communication_windows"):
     flags.register_validator(
         name, lambda v: v is None or (flags_lib.positive_int_list(v) and len(

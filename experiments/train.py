@@ -31,7 +31,6 @@ import tqdm
 
 from agn_jax import config as config_lib
 from agn_jax import runtime
-from agn_jax import strategies
 from agn_jax import tasks
 from agn_jax.config import TrainConfig
 from experiments import compare
@@ -218,6 +217,8 @@ def format_settings(config: TrainConfig) -> str:
     >>> format_settings(TrainConfig(server_optimizer="sgd")).split()[-2:]
     ['server_optimizer=sgd', 'server_learning_rate=0.7']
   """
+  # JAX loads with the strategies: not before a bad flag is reported.
+  from agn_jax import strategies  # pylint: disable=g-import-not-at-top
   used = config.resolved()
   read = strategies.SERVER_OPTIMIZER_SETTINGS
   unread = {n for names in read.values() for n in names} - set(

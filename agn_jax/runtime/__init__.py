@@ -15,10 +15,21 @@ from agn_jax.errors import (NothingToDo, RunError, Terminated, WorkdirBusy,
 from agn_jax.placement import Placement, host_placement, worker_placement
 from agn_jax.runtime.context import Fault, Faults, Slowdown
 from agn_jax.runtime.events import WorkerDone
-from agn_jax.runtime.launcher import train
 from agn_jax.runtime.transports.base import Commit, Transport
 from agn_jax.runtime.transports.shared_memory import SharedMemoryTransport
 from agn_jax.wire import CommitMeta
+
+
+
+def __getattr__(name):
+  # The launcher imports JAX (seconds); load it on first use.
+  if name == "train":
+    from agn_jax.runtime.launcher import train  # pylint: disable=g-import-not-at-top
+    globals()["train"] = train
+    return train
+  raise AttributeError(
+      f"module 'agn_jax.runtime' has no attribute {name!r}")
+
 
 __all__ = [
     "Commit", "CommitMeta", "Fault", "Faults", "NothingToDo",

@@ -293,6 +293,37 @@ def test_flagfile_cycles_are_one_line_errors_in_every_cli(tmp_path, program,
   assert sorted(os.listdir(tmp_path)) == ["a.flags", "b.flags", "self.flags"]
 
 
+# What each CLI reports on a bad command line before it loads JAX (seconds):
+# an unknown flag, a value its setting's check refuses. (Choices the
+# strategies own, such as --worker_optimizer's, are read from them.)
+_REFUSED_BEFORE_JAX = {
+    "train": (["--bogus"], ["--num_workers=0"], ["--epochs=nan"],
+              ["--data_assignment=x"]),
+    "sweep": (["--bogus"], ["--sweep_dir=s", "--num_workers=0"]),
+    "compare": (["--bogus"],),
+    "report": (["--bogus"], ["--preset=nope"]),
+}
+
+
+@pytest.mark.parametrize("program", sorted(_REFUSED_BEFORE_JAX))
+def test_a_bad_command_line_is_refused_before_jax_loads(program):
+  # The program, run as `python -m` runs it, says at its exit whether JAX
+  # was imported.
+  probe = ("import atexit, runpy, sys; atexit.register(lambda: print("
+           "'jax loaded:', 'jax' in sys.modules)); sys.argv[0] = "
+           f"'{program}'; runpy.run_module('experiments.{program}', "
+           "run_name='__main__', alter_sys=True)")
+  for args in _REFUSED_BEFORE_JAX[program]:
+    result = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, (args, result.stderr[-3000:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{program}: error:"), (
+        args, result.stderr[-3000:])
+    assert result.stdout.strip().endswith("jax loaded: False"), (
+        args, result.stdout)
+
+
 def test_an_interrupt_while_the_modules_load_is_one_line(tmp_path):
   workdir = tmp_path / "run"
   process = subprocess.Popen(
