@@ -19,7 +19,8 @@ from typing import Callable, Dict, Optional, Sequence
 from experiments import startup
 
 if __name__ == "__main__":
-  # Before the imports below (JAX: seconds) and the threads they start.
+  # Before the imports below, and JAX (seconds, loaded by `main` once the
+  # flags are checked), and the threads they start.
   startup.hold_while_loading()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -332,11 +333,15 @@ def main(argv):
   except (flags_lib.UsageError, ValueError) as e:
     flags_lib.exit_with_error(program, e, status=2)
 
+  # The launcher loads JAX here, still under `startup.hold_while_loading`:
+  # the threads it starts inherit the blocked signals, as the modules
+  # imported at the top do.
+  train_fn = runtime.train
   startup.take_over(program, cleanup=None if existed else
                     lambda: remove_if_unstarted(config.workdir))
   with sigterm_as_interrupt():
     try:
-      _, rows = train_and_report(config, runtime.train, command=command,
+      _, rows = train_and_report(config, train_fn, command=command,
                                  plots=FLAGS.plots)
     except KeyboardInterrupt as e:
       what, status = (("terminated (SIGTERM)", EXIT_TERMINATED)
