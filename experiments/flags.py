@@ -16,12 +16,13 @@ import os
 import shlex
 import sys
 import typing
-from typing import Callable, Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 from absl import flags
 
 from agn_jax import config as config_lib
 from agn_jax.runtime import events
+from experiments import lazy_flags
 
 
 class UsageError(Exception):
@@ -78,9 +79,8 @@ class _SettingParser(flags.ArgumentParser):
     try:
       value = self.base.parse(argument)
       held = field_value(self.name, value)
-      if held == config_lib.setting_field(self.name).default:
-        # The setting's own default: nothing to check (the strategy's, the
-        # model's lookup would load JAX before a bad flag is reported).
+      default = config_lib.setting_field(self.name).default
+      if lazy_flags.is_default(held, default):
         return value
       error = config_lib.field_error(self.name, held)
     except (TypeError, ValueError):
@@ -96,54 +96,6 @@ class _SettingParser(flags.ArgumentParser):
     return value
 
 
-class _HelpWhenShown:
-  """A flag whose help is written when something reads it.
-
-  A setting's help names what the registries hold (the strategies and
-  their paper defaults, the models): reading them imports JAX, seconds that
-  a command line's one-line error, or a run's start, need not wait for.
-  """
-
-  @property
-  def help(self) -> str:
-    if callable(self._help_when_shown):
-      self._help_when_shown = self._help_when_shown()
-    return self._help_when_shown
-
-  @help.setter
-  def help(self, value) -> None:
-    self._help_when_shown = value
-
-
-class _Flag(_HelpWhenShown, flags.Flag):
-  pass
-
-
-class _BooleanFlag(_HelpWhenShown, flags.BooleanFlag):
-  pass
-
-
-class _ChoicesWhenAsked(flags.EnumParser):
-  """absl's enum parser, its choices read from their owner when first needed.
-
-  The owners (the strategies' optimizers, the normalizations) import JAX;
-  the setting's own default needs no check.
-  """
-
-  def __init__(self, choices: Callable[[], Sequence[str]], default):
-    flags.ArgumentParser.__init__(self)  # pylint: disable=non-parent-init-called
-    self._choices, self._default, self.case_sensitive = choices, default, True
-
-  @property
-  def enum_values(self) -> List[str]:
-    if callable(self._choices):
-      self._choices = list(self._choices())
-    return self._choices
-
-  def parse(self, argument):
-    return argument if argument == self._default else super().parse(argument)
-
-
 def _define_field(field: dataclasses.Field,
                   flag_values: flags.FlagValues) -> None:
   """The flag of one setting, from its field's metadata (`_SettingParser`)."""
@@ -152,21 +104,22 @@ def _define_field(field: dataclasses.Field,
   help_ = lambda: config_lib.help_text(name)
   kind = _flag_kind(field)
   if meta.get("choices") is not None:
-    parser = _ChoicesWhenAsked(meta["choices"], default)
-    flag = _Flag(parser, flags.ArgumentSerializer(), name, default,
-                 # As absl's enum flag says it.
-                 lambda: f"<{'|'.join(parser.enum_values)}>: {help_()}")
+    parser = lazy_flags.ChoicesWhenAsked(meta["choices"], default)
+    flag = lazy_flags.Flag(
+        parser, flags.ArgumentSerializer(), name, default,
+        # As absl's enum flag says it.
+        lambda: f"<{'|'.join(parser.enum_values)}>: {help_()}")
   elif kind is bool:
-    flag = _BooleanFlag(name, default, help_)
+    flag = lazy_flags.BooleanFlag(name, default, help_)
   elif kind is tuple:
-    flag = _Flag(_SettingParser(name, flags.ListParser()),
-                 flags.CsvListSerializer(","), name,
-                 [str(v) for v in default], help_)
+    flag = lazy_flags.Flag(_SettingParser(name, flags.ListParser()),
+                           flags.CsvListSerializer(","), name,
+                           [str(v) for v in default], help_)
   else:
     base = {int: flags.IntegerParser, float: flags.FloatParser}.get(
         kind, flags.ArgumentParser)()
-    flag = _Flag(_SettingParser(name, base), flags.ArgumentSerializer(),
-                 name, default, help_)
+    flag = lazy_flags.Flag(_SettingParser(name, base),
+                           flags.ArgumentSerializer(), name, default, help_)
   flags.DEFINE_flag(flag, flag_values)
 
 
