@@ -190,7 +190,10 @@ class RunBook:
     self.worker_timelines: Dict[int, dict] = {}
     self.worker_done: Dict[int, ev.WorkerDone] = {}
     self.worker_errors: Dict[int, str] = {}
+    # The whole run's (a resume's kept rows included); `_rejected_kept` of
+    # them were read back from the kept rows.
     self.rejected_per_worker = [0] * config.num_workers
+    self._rejected_kept = 0
     self.restarts = 0
     self.restored: Optional[ev.Restored] = None
     self.server_done: Optional[ev.ServerDone] = None
@@ -261,7 +264,7 @@ class RunBook:
         purge_step, self.kept_since_eval, self.task.metric_names())
 
   def _read_back(self, path):
-    """The staleness and training time of the rows a resume keeps."""
+    """The staleness, training time and rejections of the rows a resume keeps."""
     if not path.exists():
       return
     with open(path) as f:
@@ -293,6 +296,11 @@ class RunBook:
           self._count_local_updates(row["worker"], row["local_updates"])
         elif row.get("event") == "eval":
           self.kept_since_eval = []
+        elif (row.get("event") == "rejected" and
+              isinstance(row.get("worker"), int) and
+              0 <= row["worker"] < len(self.rejected_per_worker)):
+          self.rejected_per_worker[row["worker"]] += 1
+          self._rejected_kept += 1
 
   def save_center(self, center: np.ndarray) -> None:
     """Writes the final center as `center.npy` (flat float32; load with `allow_pickle=False`)."""
@@ -537,7 +545,7 @@ class RunBook:
     else:
       applied = (restored.clock if restored else 0) + len(self.commit_times)
       rejected = ((restored.rejected_commits if restored else 0) +
-                  sum(self.rejected_per_worker))
+                  sum(self.rejected_per_worker) - self._rejected_kept)
       acknowledged = None
     samples = sum(self.commit_steps) * config.batch_size
     ended = self.commit_times[-1] if self.commit_times else None

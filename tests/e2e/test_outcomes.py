@@ -24,22 +24,38 @@ def _config(tmp_path, **overrides):
       **overrides))
 
 
+_NAN = Faults(fault=Fault("nan", worker=1, window=2))
+
+
+@pytest.fixture(scope="module")
+def recovered_run(tmp_path_factory):
+  """AGN on processes (n = 2, 4 epochs), worker 1 non-finite before its window 2: its summary and workdir.
+
+  Read by the recovery and time-base tests, copied and resumed by the resume
+  test: one run of processes for the three.
+  """
+  tmp_path = tmp_path_factory.mktemp("recovered")
+  summary = train(_config(tmp_path, strategy="agn"), faults=_NAN)
+  return summary, tmp_path / "run"
+
+
 @pytest.mark.parametrize("strategy", ["agn", "aeasgd"])
-def test_a_worker_recovers_after_a_non_finite_window(tmp_path, strategy):
+def test_a_worker_recovers_after_a_non_finite_window(request, tmp_path,
+                                                     strategy):
   # Worker 1's parameters turn non-finite before its window 2, as after a
   # non-finite gradient: its Adam moments (agn) or its never-reset elastic
   # parameters (aeasgd) would make every later commit non-finite too, unless
   # the worker starts afresh from the center. The guard is the worker
   # loop's, whatever holds it: AGN's run is real processes, AEASGD's the same
   # loops as threads (a second run of processes would only start them again).
-  faults = Faults(fault=Fault("nan", worker=1, window=2))
   if strategy == "agn":
-    summary = train(_config(tmp_path, strategy=strategy), faults=faults)
-    center = np.load(tmp_path / "run" / "center.npy", allow_pickle=False)
+    summary, workdir = request.getfixturevalue("recovered_run")
+    center = np.load(workdir / "center.npy", allow_pickle=False)
   else:
     summary, center, _ = train_in_process(_config(
         tmp_path, strategy=strategy,
-        options=ProcessesOptions(cache_dir="")).resolved(), faults)
+        options=ProcessesOptions(cache_dir="")).resolved(), _NAN)
+    workdir = tmp_path / "run"
   windows = summary["expected_commits"] // 2
   assert windows >= 5
   assert summary["rejected_commits"] == 1
@@ -50,14 +66,14 @@ def test_a_worker_recovers_after_a_non_finite_window(tmp_path, strategy):
   assert summary["completed"] is True and summary["outcome"] == "completed"
   assert np.isfinite(summary["final_test_loss"])
   assert np.isfinite(center).all()
-  rows = metrics_rows(tmp_path / "run")
+  rows = metrics_rows(workdir)
   rejected = [r for r in rows if r["event"] == "rejected"]
   assert [r["worker"] for r in rejected] == [1]
   later = [r for r in rows[rows.index(rejected[0]):]
            if r["event"] == "commit" and r["worker"] == 1]
   assert len(later) == windows - 3  # Windows 3.. of worker 1, all applied.
   if strategy == "agn":
-    assert_nothing_left(tmp_path / "run")
+    assert_nothing_left(workdir)
 
 
 def _summary(tmp_path):
@@ -115,20 +131,10 @@ def test_a_run_that_never_began_training_says_so(tmp_path):
   assert_nothing_left(tmp_path / "run")
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-  """A plain run of 2 epochs, to completion: its summary and workdir.
-
-  Read by the time-base test, copied and resumed by the resume test: one
-  run of processes for both.
-  """
-  tmp_path = tmp_path_factory.mktemp("finished")
-  summary = train(_config(tmp_path, epochs=2.0))
-  return summary, tmp_path / "run"
-
-
-def test_rows_are_timed_from_the_start_barrier(finished_run):
-  summary, workdir = finished_run
+def test_rows_are_timed_from_the_start_barrier(recovered_run):
+  # A worker that starts afresh from the center is not ready again: one
+  # start barrier, one time base.
+  summary, workdir = recovered_run
   rows = metrics_rows(workdir)
   ready = [r for r in rows if r["event"] == "worker_ready"]
   commits = [r for r in rows if r["event"] == "commit"]
@@ -157,20 +163,24 @@ def test_adag_two_vector_payload_through_processes(tmp_path):
   assert summary["final_test_accuracy"] > 0.5  # Chance is 0.1.
 
 
-def test_resume_of_a_finished_run(finished_run, tmp_path):
-  first, finished = finished_run
+def test_resume_of_a_finished_run(recovered_run, tmp_path):
+  first, finished = recovered_run
   workdir = tmp_path / "run"
   shutil.copytree(finished, workdir)  # The run itself stays as it ended.
   before = snapshot(workdir)
   with pytest.raises(NothingToDo, match="completed already"):
-    train(_config(tmp_path, epochs=2.0, resume=True))
+    train(_config(tmp_path, epochs=4.0, resume=True))
   assert snapshot(workdir) == before  # Not a byte, not an mtime changed.
 
-  # A larger share continues the run and keeps whole-run statistics.
-  second = train(_config(tmp_path, epochs=4.0, resume=True))
+  # A larger share continues the run and keeps whole-run statistics: its
+  # rejected commit too.
+  second = train(_config(tmp_path, epochs=8.0, resume=True))
   assert second["completed"] is True
   assert second["resumed_from_commit"] == first["num_commits"]
-  assert second["num_commits"] == second["expected_commits"]
+  assert second["rejected_commits"] == first["rejected_commits"] == 1
+  assert second["rejected_commits_per_worker"] == [0, 1]
+  assert (second["num_commits"] + second["rejected_commits"] ==
+          second["expected_commits"])
   assert second["num_commits"] >= 2 * first["num_commits"]
   assert second["wall_seconds"] > first["wall_seconds"]
   rows = metrics_rows(workdir)
