@@ -60,12 +60,17 @@ def test_a_lossless_code_simulates_exactly_as_none(digits_runs):
 
 
 @pytest.mark.parametrize("backend", [
-    "processes", "simulated",
-    # soak: [processes] covers the count of a process worker's int8 commits
-    # and pulls (the books Ray's workers share) in the suite, and the
-    # transport conformance suite's [ray] cases (in
-    # tests/e2e/test_ray_backend.py) the Ray transport carrying a commit's
-    # arrays whole.
+    # soak: tests/e2e/test_workloads_e2e.py's
+    # test_the_language_model_on_processes_with_int8_commits covers the count
+    # of a process worker's int8 commits and pulls, and
+    # test_threads_backend_counts_the_bytes_it_sent two workers' counts summed
+    # by the books they share, in the suite.
+    pytest.param("processes", marks=pytest.mark.soak),
+    "simulated",
+    # soak: the same two tests cover the count of a worker's int8 commits
+    # and pulls (the books Ray's workers share), and the transport
+    # conformance suite's [ray] cases (in tests/e2e/test_ray_backend.py) the
+    # Ray transport carrying a commit's arrays whole, in the suite.
     pytest.param("ray", marks=pytest.mark.soak)])
 def test_every_backend_counts_the_int8_bytes_it_moved(tmp_path, backend):
   if backend == "ray":

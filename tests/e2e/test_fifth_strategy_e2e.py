@@ -41,10 +41,15 @@ def test_simulated(tmp_path, num_workers):
 
 # Real processes and a real local Ray.
 @pytest.mark.parametrize("backend", [
-    "processes",
-    # soak: [processes] covers a strategy named by its import path reaching
-    # the backends' worker and server in the suite (Ray actors build it the
-    # same way, from the same config).
+    # soak: tests/e2e/test_workloads_e2e.py's
+    # test_processes_from_the_command_line covers spawned parts building
+    # what the config names by import path (its task, model and dataset,
+    # through the lookup a strategy's name goes through too), and
+    # test_threads above this strategy through the real worker and server
+    # loops, in the suite.
+    pytest.param("processes", marks=pytest.mark.soak),
+    # soak: the same two tests cover it (Ray actors build the parts the
+    # same way, from the same config), in the suite.
     pytest.param("ray", marks=pytest.mark.soak)])
 def test_processes_and_ray(tmp_path, backend):
   if backend == "ray":

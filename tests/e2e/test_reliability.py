@@ -211,10 +211,12 @@ def test_a_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
   # they were re-parented and end, and the resource tracker unlinks.
   import psutil  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / "run"
+  # One worker: the server, the evaluator and a worker are re-parented as
+  # with more (the last --num_workers wins).
   process = subprocess.Popen(
-      [sys.executable, "-m", "experiments.train", *TINY, "--epochs=1000",
-       f"--workdir={workdir}"], cwd=REPO, stdout=subprocess.DEVNULL,
-      stderr=subprocess.DEVNULL)
+      [sys.executable, "-m", "experiments.train", *TINY, "--num_workers=1",
+       "--epochs=1000", f"--workdir={workdir}"], cwd=REPO,
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   try:
     deadline = time.monotonic() + 90
     metrics = workdir / "metrics.jsonl"

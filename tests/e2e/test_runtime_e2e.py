@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from agn_jax import build, checkpoint, data
+from agn_jax import build, checkpoint, data, instruments
 from agn_jax.config import ProcessesOptions
 from agn_jax.runtime import Fault, Faults, RunError, train
 from agn_jax.shares import BatchSampler
@@ -30,9 +30,16 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def agn_run(tmp_path_factory):
+  """AGN on four worker processes to 30 epochs, the server's instruments on.
+
+  `--diagnostics` (every commit; the probe gradient every 5th) so that one
+  run of processes shows the instruments written as well: the server
+  measures them, and nothing the other tests read depends on it.
+  """
   tmp_path = tmp_path_factory.mktemp("agn4")
   events = []
-  summary = train(_config(tmp_path), progress=events.append)
+  summary = train(_config(tmp_path, diagnostics=True, diagnostics_every=5),
+                  progress=events.append)
   return summary, pathlib.Path(tmp_path / "run"), events
 
 
@@ -46,6 +53,19 @@ def test_server_applied_every_commit_the_workers_made(agn_run):
   assert summary["rejected_commits"] == 0
   assert summary["num_commits"] == sum(summary["worker_commits"])
   assert summary["final_clock"] == summary["num_commits"]
+
+
+def test_the_server_writes_the_instruments_of_every_commit(agn_run):
+  summary, workdir, _ = agn_run
+  rows = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text()
+          .splitlines()]
+  rows = [r for r in rows if r["event"] == "commit"]
+  assert all(set(instruments.SCALARS) <= set(r) for r in rows)
+  with_gradient = [r["clock"] for r in rows if "gradient_cosine" in r]
+  assert with_gradient == [c for c in range(1, len(rows) + 1)
+                           if (c - 1) % 5 == 0]
+  assert np.isfinite(summary["implicit_momentum"])
+  assert summary["instrumented_commits"] == len(rows)
 
 
 def test_staleness_of_homogeneous_workers_is_about_n_minus_one(agn_run):

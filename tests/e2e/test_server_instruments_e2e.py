@@ -2,8 +2,9 @@
 
 The real worker and server loops run a forced schedule as threads
 (`exchange_replay`); its replay gives every commit's delta and the centers
-around it, from which numpy computes each instrument in float64. A small
-run on real processes checks the rows and the summary end to end.
+around it, from which numpy computes each instrument in float64. A run on
+real processes writing them, rows and summary, is
+tests/e2e/test_runtime_e2e.py's (its four-worker run has them on).
 """
 
 import jax
@@ -79,22 +80,6 @@ def test_each_commits_instruments_match_numpy(tmp_path, strategy):
   # one that pulls just before its commit, against the one it got.
   distances = [r["distance_staleness"] for r in rows]
   assert (max(distances) > 0) == (strategy == "agn")
-
-
-def test_real_processes_write_the_instruments(tmp_path):
-  config = tiny_config(tmp_path, num_workers=2, communication_window=4,
-                       hidden_sizes=(16,), batch_size=16, epochs=1.0,
-                       diagnostics=True, diagnostics_every=5).resolved()
-  summary = train(config)
-  assert summary["completed"]
-  rows = metrics_rows(config.workdir, ("commit",))
-  names = set(instruments.SCALARS)
-  assert all(names <= set(r) for r in rows)
-  with_gradient = [r["clock"] for r in rows if "gradient_cosine" in r]
-  assert with_gradient == [c for c in range(1, len(rows) + 1)
-                           if (c - 1) % 5 == 0]
-  assert np.isfinite(summary["implicit_momentum"])
-  assert summary["instrumented_commits"] == len(rows)
 
 
 # soak: tests/e2e/test_cli.py's test_train_end_to_end covers a processes run

@@ -2,9 +2,18 @@
 
 import json
 
+import pytest
+
 from helpers import run_cli
 
 
+# soak: tests/e2e/test_report_e2e.py's
+# test_the_beyond_section_rows_come_from_its_runs covers a simulated run with
+# --server_optimizer=delayed_nesterov --server_every=4 parsed by the train
+# flags, run to completion and its config recorded, and
+# tests/e2e/test_cli.py's test_aeasgd_trains_with_its_paper_defaults the
+# settings line the CLI prints, in the suite.
+@pytest.mark.soak
 def test_trains_on_the_simulator_through_the_cli(tmp_path):
   workdir = tmp_path / "run"
   result = run_cli("--backend=simulated", "--num_workers=4",
