@@ -264,7 +264,7 @@ class RunBook:
         purge_step, self.kept_since_eval, self.task.metric_names())
 
   def _read_back(self, path):
-    """The staleness, training time and rejections of the rows a resume keeps."""
+    """The staleness, time and rejections of the rows a resume keeps."""
     if not path.exists():
       return
     with open(path) as f:
