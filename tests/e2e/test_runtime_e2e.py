@@ -18,7 +18,7 @@ from agn_jax import build, checkpoint, data, instruments
 from agn_jax.config import ProcessesOptions
 from agn_jax.runtime import Fault, Faults, RunError, train
 from agn_jax.shares import BatchSampler
-from helpers import assert_nothing_left, train_in_process
+from helpers import assert_nothing_left, metrics_rows, train_in_process
 from test_runtime import _config
 
 
@@ -57,9 +57,7 @@ def test_server_applied_every_commit_the_workers_made(agn_run):
 
 def test_the_server_writes_the_instruments_of_every_commit(agn_run):
   summary, workdir, _ = agn_run
-  rows = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text()
-          .splitlines()]
-  rows = [r for r in rows if r["event"] == "commit"]
+  rows = metrics_rows(workdir, ("commit",))
   assert all(set(instruments.SCALARS) <= set(r) for r in rows)
   with_gradient = [r["clock"] for r in rows if "gradient_cosine" in r]
   assert with_gradient == [c for c in range(1, len(rows) + 1)
