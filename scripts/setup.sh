@@ -20,25 +20,28 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing requirements.txt and requirements-ray.txt" >&2
   # uv installs the same pins in seconds where pip takes a minute or two
   # (it fetches and unpacks in parallel); pip does it where uv cannot be had
-  # or fails. Both compile the bytecode once here: where
-  # PYTHONDONTWRITEBYTECODE is set, every process of a run (and of the
-  # tests) would otherwise compile JAX's sources anew on import.
+  # or fails. Neither compiles bytecode here: that was 36 of the 52 s of a
+  # fresh set-up, for the whole 1 GB; each module compiles instead when first
+  # imported (see PYTHONPYCACHEPREFIX below), a few percent of it.
   if ! { python -m pip install -q --disable-pip-version-check uv \
            >/dev/null 2>&1 &&
-         python -m uv pip install -q --compile-bytecode -r requirements.txt \
+         python -m uv pip install -q -r requirements.txt \
            -r requirements-ray.txt; }; then
-    python -m pip install -q --disable-pip-version-check -r requirements.txt \
-      -r requirements-ray.txt
+    python -m pip install -q --disable-pip-version-check --no-compile \
+      -r requirements.txt -r requirements-ray.txt
   fi
   echo "$want" > "$stamp"
 fi
-# The checkout's own bytecode too, each time (seconds; only changed files
-# compile): where PYTHONDONTWRITEBYTECODE is set, Python never writes it, and
-# each process of a run or of the tests (workers, server, evaluator, Ray
-# actors, CLI subprocesses) compiled agn_jax/ and experiments/ anew: 0.2 s
-# of CPU a process, hundreds of processes in the suite. A stale file is
-# still seen: Python checks each source's time against its bytecode's.
-python -m compileall -q -j 0 agn_jax experiments scripts tests >/dev/null || true
+# Bytecode is written once, on first import, and read by every later process
+# (workers, server, evaluator, Ray actors, CLI subprocesses of the tests):
+# without it each would compile JAX's sources and ours anew, 0.2 s and more
+# of CPU a process, hundreds of processes in the suite. Where the caller set
+# PYTHONDONTWRITEBYTECODE (to keep .pyc files out of source trees), it goes
+# under .venv/pycache instead, out of the checkout and site-packages alike.
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then
+  unset PYTHONDONTWRITEBYTECODE
+  export PYTHONPYCACHEPREFIX="$ROOT/.venv/pycache"
+fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Keep JAX quiet and cache compiled kernels across processes and runs.
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"

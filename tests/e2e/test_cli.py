@@ -14,6 +14,7 @@ import pytest
 
 from agn_jax import instruments
 from agn_jax.config import TrainConfig
+from experiments import compare
 from experiments import flags as flags_lib
 from helpers import (REPO, assert_nothing_left, assert_one_line_error, run_cli,
                      snapshot, train_here)
@@ -93,15 +94,14 @@ def test_train_end_to_end(tmp_path, monkeypatch, capsys):
     assert all(128 * a == int(128 * a) for a in e["step_accuracy"]), e
     assert np.mean(e["step_accuracy"]) == pytest.approx(e["accuracy"])
     assert 0 <= e["window_start"] < e["window_end"] <= e["time"], e
-  compared = subprocess.run(
-      [sys.executable, "-m", "experiments.compare", str(workdir),
-       str(workdir), f"--output={tmp_path / 'cmp.png'}",
-       "--efficiency_window=0.2"], cwd=ROOT,
-      capture_output=True, text=True, timeout=120)
-  assert compared.returncode == 0, compared.stderr[-3000:]
-  assert "\nE train (thesis): every local step's" in compared.stdout
-  pair = compared.stdout.split("E train\n")[1].splitlines()[0].split()
-  assert pair[-2:] == ["1.0000", "1.0000"], compared.stdout
+  # experiments.compare's table, in this process (its program is tested in
+  # tests/e2e/test_compare_e2e.py).
+  runs = [compare.read_run(str(workdir))] * 2
+  table = compare.comparison_table(runs, 0.2, report=compare.comparison(
+      runs, 0.2, "auto", "thesis", "auto"))
+  assert "\nE train (thesis): every local step's" in table
+  pair = table.split("E train\n")[1].splitlines()[0].split()
+  assert pair[-2:] == ["1.0000", "1.0000"], table
 
   # The same workdir again, without --resume: refused, nothing touched
   # (through the program's own checks, in this process: the subprocess

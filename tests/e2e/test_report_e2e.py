@@ -372,24 +372,6 @@ def test_completed_runs_keep_no_checkpoint_and_the_ledger_counts_them(study):
     assert entry["cpu_seconds"] > 0.1, entry
 
 
-def test_rerunning_runs_nothing_and_rewrites_the_report(study):
-  study_dir, output_dir, _ = study
-  before = runner.Study(study_dir).ledger
-  result = run_report("--preset=quick", f"--study_dir={study_dir}",
-                      f"--output_dir={output_dir}", "--noprogress")
-  assert result.returncode == 0, result.stderr
-  assert "[1/" not in result.stdout  # Every run completed earlier.
-  assert "0 not started" in result.stdout
-  assert runner.Study(study_dir).ledger == before
-  assert os.path.isfile(os.path.join(output_dir, "REPORT.md"))
-  # The books keep the command that ran the study, and the report names it.
-  command = (f"python -m experiments.report --preset=quick --study_dir="
-             f"{study_dir} --output_dir={output_dir}")
-  assert runner.Study(study_dir).data["command"] == command
-  with open(os.path.join(output_dir, "REPORT.md")) as f:
-    assert f"Written by `{command}`" in f.read()
-
-
 def test_the_archive_carries_the_study_to_a_fresh_clone(study, tmp_path):
   study_dir, output_dir, _ = study
   p = design.preset("quick")
@@ -405,16 +387,24 @@ def test_the_archive_carries_the_study_to_a_fresh_clone(study, tmp_path):
         assert f.read() == g.read()
   with open(os.path.join(archive_dir, "study.json")) as f:
     assert json.load(f)["ledger"] == books.ledger
-  # A fresh machine: no study directory, only the archive.
+  # A fresh machine: no study directory, only the archive. The study's
+  # command there restores every run, runs none and rewrites the report.
   fresh, out = str(tmp_path / "fresh"), str(tmp_path / "out")
   result = run_report("--preset=quick", f"--study_dir={fresh}",
                       f"--output_dir={out}", f"--archive_dir={archive_dir}",
-                      "--report_only")
+                      "--noprogress")
   assert result.returncode == 0, result.stderr
   assert f"{len(p.runs)} completed runs restored" in result.stdout
+  assert "[1/" not in result.stdout  # Every run completed earlier.
+  assert "0 not started" in result.stdout
   assert runner.Study(fresh).ledger == books.ledger
+  # The books keep the command that ran the study, and the report names it.
+  command = (f"python -m experiments.report --preset=quick --study_dir="
+             f"{fresh} --output_dir={out} --archive_dir={archive_dir}")
+  assert runner.Study(fresh).data["command"] == command
   with open(os.path.join(out, "REPORT.md")) as f:
     there = f.read()
+  assert f"Written by `{command}`" in there
   # The study's own report (the fixture's): the same, but for the study
   # directory it reads the runs from, and the line naming the command that
   # wrote it and its day (the books may have gained a command since).

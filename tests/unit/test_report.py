@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from experiments.report import budget
 from experiments.report import claims
@@ -194,6 +193,7 @@ def test_rq2_parts_follow_their_rules():
 
 
 def test_rq4_paired_difference_is_the_t_interval():
+  from scipy import stats  # pylint: disable=g-import-not-at-top
   from experiments.report.sections import alignment
   means = {"normalized": {0: 0.30, 1: 0.34, 2: 0.31},
            "unnormalized": {0: 0.20, 1: 0.27, 2: 0.25, 3: 0.9},
@@ -446,12 +446,14 @@ def test_the_mean_staleness_formula_matches_a_round_robin_count():
 
 
 def test_wilson_interval_matches_scipy():
+  from scipy import stats  # pylint: disable=g-import-not-at-top
   for k, n in ((0, 5), (4, 5), (33, 49), (10, 10)):
     ci = stats.binomtest(k, n).proportion_ci(method="wilson")
     assert claims.wilson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
 
 
 def test_estimate_is_the_t_interval():
+  from scipy import stats  # pylint: disable=g-import-not-at-top
   values = [0.91, 0.95, 0.97, 0.90]
   e = results_lib.estimate(values)
   half = stats.t.ppf(0.975, 3) * np.std(values, ddof=1) / 2
