@@ -181,12 +181,17 @@ def _head(params: str) -> None:
     from ray._private import parameter  # pylint: disable=g-import-not-at-top
     from ray._private.authentication import authentication_token_setup as auth  # pylint: disable=g-import-not-at-top
     from ray._common.usage import usage_lib  # pylint: disable=g-import-not-at-top
-    # As ray.init() does for the instance it starts.
+    # As ray.init() does for the instance it starts, less two daemons a
+    # private instance has no use for (3 s of CPU at each start): the
+    # autoscaler's monitor (its size is fixed) and the log monitor (the
+    # runs connect with log_to_driver=False; actors' logs stay in the
+    # session directory).
     usage_lib.set_usage_stats_enabled_via_env_var(False)
     auth.ensure_token_if_auth_enabled({}, create_token_if_missing=True)
     node = node_lib.Node(
         parameter.RayParams(num_cpus=options.get("num_cpus"),
-                            include_dashboard=False,
+                            include_dashboard=False, no_monitor=True,
+                            include_log_monitor=False,
                             temp_dir=options.get("temp_dir")),
         head=True, shutdown_at_exit=False, spawn_reaper=True,
         ray_init_cluster=True)
