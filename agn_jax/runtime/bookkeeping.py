@@ -267,6 +267,13 @@ class RunBook:
     """The staleness, time and rejections of the rows a resume keeps."""
     if not path.exists():
       return
+
+    def worker_of(row) -> Optional[int]:
+      """The row's worker, where it is one of this run's."""
+      w = row.get("worker")
+      ok = isinstance(w, int) and 0 <= w < len(self.local_updates)
+      return w if ok else None
+
     with open(path) as f:
       for line in f:
         try:
@@ -291,14 +298,11 @@ class RunBook:
           self.kept_since_eval.append(row["staleness"])
         if (row.get("event") == "commit" and
             isinstance(row.get("local_updates"), int) and
-            isinstance(row.get("worker"), int) and
-            0 <= row["worker"] < len(self.local_updates)):
+            worker_of(row) is not None):
           self._count_local_updates(row["worker"], row["local_updates"])
         elif row.get("event") == "eval":
           self.kept_since_eval = []
-        elif (row.get("event") == "rejected" and
-              isinstance(row.get("worker"), int) and
-              0 <= row["worker"] < len(self.rejected_per_worker)):
+        elif row.get("event") == "rejected" and worker_of(row) is not None:
           self.rejected_per_worker[row["worker"]] += 1
           self._rejected_kept += 1
 
