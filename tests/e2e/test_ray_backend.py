@@ -187,13 +187,6 @@ def test_a_run_leaves_no_actor_running(killed_run):
   assert not _wait_gone(_actor_pids(workdir))
 
 
-# soak: tests/e2e/test_workloads_e2e.py's
-# test_the_language_model_on_processes_with_int8_commits covers the
-# language-model task's metrics through the worker and server loops that Ray's
-# actors run too, to the books, and
-# test_digits_reaches_090_with_failed_worker_actors_restarted the actors
-# building their task, model and dataset from the run's config, in the suite.
-@pytest.mark.soak
 def test_the_language_model_task_on_ray(ray_instance, tmp_path):
   # The built-in task's metrics through the actors to the books, as on the
   # processes (tests/e2e/test_workloads_e2e.py); each actor loads the corpus.
