@@ -14,7 +14,8 @@ import numpy as np
 from experiments.report import design
 from experiments.report import results as results_lib
 from experiments.report import thesis
-from experiments.report.sections import Context, estimate_text, pct, table
+from experiments.report.sections import Context, estimate_text, pct
+from experiments.report.sections import spread_text, table
 from experiments.report.sections import ablation
 from experiments.report.sections import downpour
 from experiments.report.sections import grid
@@ -164,15 +165,20 @@ def e_cell_verdict(ours: results_lib.Estimate, paper: Optional[float],
 
 
 def e_cell_text(ours: results_lib.Estimate, paper: Optional[float]) -> str:
-  """Our E with its gap to the thesis' and the seeds' spread."""
+  """Our E with its gap to the thesis' and the seeds' spread.
+
+  The verdict reads E's side of 1, so an E that three decimals would show as
+  1.000 gets a fourth.
+  """
   if ours.mean is None:
     return "–"
-  text = estimate_text(ours, 1, ".3f")
+  spec = ".4f" if ours.mean != 1 and f"{ours.mean:.3f}" == "1.000" else ".3f"
+  text = estimate_text(ours, 1, spec)
   if paper is not None:
     gap = ours.mean - paper
     spread = ("one seed, no spread" if ours.half_width is None else
               f"{'within' if abs(gap) <= ours.half_width else 'beyond'} the "
-              f"seeds' ±{ours.half_width:.3f}")
+              f"seeds' ±{spread_text(ours.half_width)}")
     text += f"; gap {gap:+.3f} ({spread})"
   return text
 

@@ -519,6 +519,12 @@ def test_e_cell_by_cell_follows_its_rule():
       "gap -0.200 (beyond the seeds' ±0.050)")
   assert claims.e_cell_text(one(1.1, 0.25, 3), 1.3).endswith(
       "gap -0.200 (within the seeds' ±0.250)")
+  # Seeds that agree to three decimals still have a spread; an E just under
+  # 1 shows which side of 1 its verdict read.
+  assert claims.e_cell_text(one(0.9991, 0.00031, 3), 1.009) == (
+      "0.999 ± 0.0003; gap -0.010 (beyond the seeds' ±0.0003)")
+  assert claims.e_cell_text(one(0.99973, None, 1), 1.009) == (
+      "0.9997; gap -0.009 (one seed, no spread)")
 
 
 def test_the_lambda_heuristic_needs_a_lambda_within_five():

@@ -107,6 +107,20 @@ def num(value: Optional[float], spec: str = ".3f") -> str:
   return "–" if value is None else format(value, spec)
 
 
+def spread_text(half_width: float, spec: str = ".3f") -> str:
+  """A half width in `spec`, or to one significant figure where `spec` would show 0.
+
+  Seeds that agree to the third decimal have a spread, not none.
+
+  >>> spread_text(0.0123), spread_text(0.00031), spread_text(0.0)
+  ('0.012', '0.0003', '0.000')
+  """
+  text = format(half_width, spec.replace("+", ""))
+  if half_width > 0 and float(text) == 0:
+    text = format(half_width, ".1g")
+  return text
+
+
 def estimate_text(e: results_lib.Estimate, scale: float = 1.0,
                   spec: str = ".2f", unit: str = "") -> str:
   """"mean ± half width unit" (no ± for one seed), or "–".
@@ -115,12 +129,14 @@ def estimate_text(e: results_lib.Estimate, scale: float = 1.0,
 
   >>> estimate_text(results_lib.Estimate(-0.012, 0.004, 3), 100, "+.2f")
   '-1.20 ± 0.40'
+  >>> estimate_text(results_lib.Estimate(0.9991, 0.0002, 3), 1, ".3f")
+  '0.999 ± 0.0002'
   """
   if e.mean is None:
     return "–"
   text = format(scale * e.mean, spec)
   if e.half_width is not None:
-    text += " ± " + format(scale * e.half_width, spec.replace("+", ""))
+    text += " ± " + spread_text(scale * e.half_width, spec)
   return text + unit
 
 
