@@ -209,7 +209,7 @@ def _gap(ctx: Context, specs) -> List[str]:
             f"is 1/λ of a window's update and n workers commit, so per local "
             f"step of one worker the center moves n/λ = {n / l:g} times as "
             "far as that worker's own optimizer would, with staleness about "
-            f"n − 1; the grid's n/λ are {', '.join(f'{r:g}' for r in ratios)}"
+            f"n − 1; the grid's n/λ are {', '.join(f'{r:.3g}' for r in ratios)}"
             ". Random speeds (redrawn every window) replace the round "
             "robin's fixed delay n − 1 with a spread one; lognormal speeds "
             "(one per worker for the whole run) also let the fast workers "
