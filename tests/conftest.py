@@ -14,8 +14,11 @@ CPU) and with XLA:CPU's older elemental emitters instead of its fusion
 emitters, `--xla_cpu_use_fusion_emitters=false` (2 to 3x less CPU for a
 compile), unless the caller set XLA_FLAGS. The math is the same; every
 reference comparison keeps its tolerance. The parts the runtime spawns
-(workers, server, evaluator, Ray actors) use the runtime's own cache,
-`$AGN_JAX_CACHE_DIR`, as in any run.
+(workers, server, evaluator, Ray actors) read the runtime's own cache,
+`$AGN_JAX_CACHE_DIR`: the session points it at the same directory, so a
+program the test process compiled is not compiled again by a run's
+children, and the suite neither reads nor fills `~/.cache/agn_jax` (a local
+run starts as cold as CI's).
 
 Tests marked `soak` (end-to-end runs whose behaviour a cheaper test of the
 suite covers: each says which) are left out of the suite, so that it stays
@@ -57,6 +60,8 @@ def pytest_configure(config):
   _made.append(cache_dir)
   settings = {
       _CACHE_ENV: cache_dir,
+      # The runtime's children: the same directory, unless the caller chose.
+      "AGN_JAX_CACHE_DIR": os.environ.get("AGN_JAX_CACHE_DIR", cache_dir),
       # Small programs compile in well under JAX's default 1 s threshold,
       # and they are the ones the suite compiles most.
       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
