@@ -115,23 +115,27 @@ def _named(config):
   return named
 
 
-# The suite's longest files, longest first (their summed test time,
-# 2026-12-03), then the unit layer's: pytest-xdist's `--dist loadfile` gives
-# files to its two processes in this order (see `pytest_configure`), so a
-# long file handed out last (test_report_e2e.py's quick study) would
+# The suite's longest files, longest first (their summed test time in a
+# fresh clone, 2026-12-05; each over 5 s): pytest-xdist's `--dist loadfile`
+# gives files to its two processes in this order (see `pytest_configure`),
+# so a long file handed out last (test_report_e2e.py's quick study) would
 # otherwise run alone at the end while the other process idles.
 _LONGEST_FIRST = (
-    "tests/e2e/test_report_e2e.py", "tests/e2e/test_ray_backend.py",
+    "tests/e2e/test_ray_backend.py", "tests/e2e/test_report_e2e.py",
     "tests/e2e/test_reliability.py", "tests/e2e/test_outcomes.py",
-    "tests/e2e/test_simulator_e2e.py", "tests/e2e/test_cli.py",
-    "tests/e2e/test_simulated_backend.py", "tests/e2e/test_runtime_e2e.py",
-    "tests/e2e/test_diagnostics_e2e.py", "tests/e2e/test_compression_e2e.py",
-    "tests/e2e/test_compare_e2e.py", "tests/e2e/test_dylu_e2e.py",
-    "tests/e2e/test_assignment_e2e.py",
-    "tests/unit/test_instruments.py", "tests/unit/test_kernel.py",
-    "tests/unit/test_transform.py", "tests/unit/test_compression.py",
-    "tests/unit/test_simulator.py", "tests/unit/test_strategies.py",
-    "tests/unit/test_readme.py",
+    "tests/e2e/test_cli.py", "tests/e2e/test_runtime_e2e.py",
+    "tests/e2e/test_simulator_e2e.py", "tests/e2e/test_diagnostics_e2e.py",
+    "tests/e2e/test_exchange_e2e.py", "tests/e2e/test_workloads_e2e.py",
+    "tests/e2e/test_simulated_backend.py", "tests/e2e/test_assignment_e2e.py",
+    "tests/unit/test_transformer.py", "tests/unit/test_instruments.py",
+    "tests/e2e/test_dylu_e2e.py", "tests/e2e/test_compression_e2e.py",
+    "tests/unit/test_data.py", "tests/unit/test_readme.py",
+    "tests/e2e/test_compare_e2e.py", "tests/unit/test_transform.py",
+    "tests/unit/test_kernel.py", "agn_jax/transformer.py",
+    "tests/e2e/test_sweep_e2e.py", "tests/unit/test_simulator.py",
+    "tests/e2e/test_server_instruments_e2e.py", "tests/e2e/test_config_e2e.py",
+    "tests/unit/test_compression.py", "tests/e2e/test_models_e2e.py",
+    "tests/unit/test_strategies.py", "tests/e2e/test_fifth_strategy_e2e.py",
 )
 
 

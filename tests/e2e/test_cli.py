@@ -387,12 +387,13 @@ def test_corrupt_mnist_is_a_one_line_error(tmp_path):
 def test_sigterm_exits_143(tmp_path):
   workdir = tmp_path / "run"
   process = subprocess.Popen(
-      [sys.executable, "-m", "experiments.train", "--num_workers=2",
+      [sys.executable, "-m", "experiments.train", "--num_workers=1",
        "--epochs=1000", "--hidden_sizes=16", f"--workdir={workdir}"],
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     # Terminate once every process is spawned, before training starts: the
-    # slowest phase to clean up, and the test stays short.
+    # slowest phase to clean up, and the test stays short. One worker: a
+    # second is one more child ended the same way.
     deadline = time.time() + 60
     while time.time() < deadline and process.poll() is None:
       if (workdir / "pids.json").is_file():
