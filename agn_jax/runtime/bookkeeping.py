@@ -290,6 +290,7 @@ class RunBook:
           if self.first_sim_time is None:
             self.first_sim_time = float(row["sim_time"])
           self.last_sim_time = float(row["sim_time"])
+        w = worker_of(row)
         if row.get("event") == "commit":
           self._keep_instruments(row)
         if row.get("event") == "commit" and isinstance(
@@ -297,13 +298,12 @@ class RunBook:
           self.staleness.append(row["staleness"])
           self.kept_since_eval.append(row["staleness"])
         if (row.get("event") == "commit" and
-            isinstance(row.get("local_updates"), int) and
-            worker_of(row) is not None):
-          self._count_local_updates(row["worker"], row["local_updates"])
+            isinstance(row.get("local_updates"), int) and w is not None):
+          self._count_local_updates(w, row["local_updates"])
         elif row.get("event") == "eval":
           self.kept_since_eval = []
-        elif row.get("event") == "rejected" and worker_of(row) is not None:
-          self.rejected_per_worker[row["worker"]] += 1
+        elif row.get("event") == "rejected" and w is not None:
+          self.rejected_per_worker[w] += 1
           self._rejected_kept += 1
 
   def save_center(self, center: np.ndarray) -> None:
