@@ -289,7 +289,7 @@ def render(ctx: Context) -> List[str]:
   path = _plot_codecs(ctx, found)
   lines += ctx.link(path, "test accuracy against bytes moved")
   seconds = ctx.results.ledger_seconds(ctx.study.ledger, design.BEYOND)
-  lines += [f"Compute: {duration(seconds)} here ({len(specs)} runs).", ""]
+  lines += [f"Compute: {duration(seconds)} here.", ""]
   return lines
 
 
