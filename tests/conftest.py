@@ -17,8 +17,8 @@ reference comparison keeps its tolerance. The parts the runtime spawns
 (workers, server, evaluator, Ray actors) read the runtime's own cache,
 `$AGN_JAX_CACHE_DIR`: the session points it at the same directory, so a
 program the test process compiled is not compiled again by a run's
-children, and the suite neither reads nor fills `~/.cache/agn_jax` (a local
-run starts as cold as CI's).
+children, and the suite neither reads nor fills the runtime's default JAX
+cache, `~/.cache/agn_jax/jax_cache` (a local run starts as cold as CI's).
 
 Tests marked `soak` (end-to-end runs whose behaviour a cheaper test of the
 suite covers: each says which) are left out of the suite, so that it stays
