@@ -54,6 +54,12 @@ class CommitMeta(NamedTuple):
       when the loss reports no such metric.
     local_updates: the window's local steps (its λ_k with Dynamic Local
       Updates); 0: not said, λ.
+    bytes_committed: the commit's payload bytes as sent (compressed with
+      `--commit_compression`); 0: not said.
+    bytes_pulled: the center bytes its worker pulled since its previous
+      commit (its first: since the worker started), as sent; 0: none or
+      not said. A checkpoint books both per worker, so a resume counts the
+      traffic of the commits it keeps.
   """
   worker: int
   clock: int
@@ -63,6 +69,8 @@ class CommitMeta(NamedTuple):
   window_start: Optional[float] = None
   step_metrics: Mapping[str, Sequence[float]] = {}
   local_updates: int = 0
+  bytes_committed: int = 0
+  bytes_pulled: int = 0
 
 
 Wire = Tuple[Tuple[int, str], ...]

@@ -12,7 +12,7 @@ run that would continue it. Both are exported here.
 # pylint: disable=unused-import
 from agn_jax.checkpoint.resume import (RESUME_MUST_MATCH, check_resumable,
                                        validate_for_resume, validate_meta)
-from agn_jax.checkpoint.store import (Checkpoint, Checkpointer, Meta,
-                                      latest_step, newest_step_on_disk,
+from agn_jax.checkpoint.store import (TRAFFIC, Checkpoint, Checkpointer,
+                                      Meta, latest_step, newest_step_on_disk,
                                       remove_unfinished_saves, restore)
 from agn_jax.errors import CheckpointError

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from agn_jax import config as config_lib
-from agn_jax.checkpoint.store import (Checkpoint, _first_line,
+from agn_jax.checkpoint.store import (TRAFFIC, Checkpoint, _first_line,
                                       newest_step_on_disk)
 from agn_jax.errors import CheckpointError
 
@@ -165,6 +165,15 @@ def validate_meta(meta: Any, step: int, *, where: str,
                           if w is not None else
                           f"sum(worker_commits)={count} exceeds the stream's")
           + f" share of {share} windows under the checkpoint's own config")
+  traffic = meta.get("traffic")
+  if traffic is not None and (
+      not isinstance(traffic, dict) or
+      not all(isinstance(traffic.get(key), list) and len(traffic[key]) == n
+              and all(_is_int(b) and b >= 0 for b in traffic[key])
+              for key in TRAFFIC)):
+    raise CheckpointError(
+        f"{where}: traffic={_short(traffic)} is not "
+        + " and ".join(TRAFFIC) + f" of {n} integers >= 0 each")
   offset = meta.get("metrics_offset")
   if offset is not None:
     if not _is_int(offset) or offset < 0:

@@ -35,6 +35,11 @@ class Checkpoint(NamedTuple):
   meta: Dict[str, Any]
 
 
+# A checkpoint's traffic (`Meta.traffic`), per worker: the names
+# `summary.json` sums them under.
+TRAFFIC = ("bytes_committed", "bytes_pulled")
+
+
 class Meta(NamedTuple):
   """What a run records beside a checkpoint's arrays, built in one place for every backend.
 
@@ -57,6 +62,10 @@ class Meta(NamedTuple):
     stream: with `data_assignment=stream` on real workers, the steps handed
       out (`taken`) and each worker's next ticket (`tickets`).
     simulation: the simulator's own state (`Simulation.state()["meta"]`).
+    traffic: each worker's payload bytes as sent in the commits this
+      checkpoint holds, `{"bytes_committed": [...], "bytes_pulled": [...]}`
+      (`TRAFFIC`; pulls counted up to each worker's last commit in it), the
+      run's earlier sittings included: what a resume books before its own.
 
   Example:
     >>> Meta(3, 0, [2, 1], {}, [], time=1.0).to_json()["worker_commits"]
@@ -74,6 +83,7 @@ class Meta(NamedTuple):
   worker_steps: Optional[List[int]] = None
   stream: Optional[Dict[str, Any]] = None
   simulation: Optional[Dict[str, Any]] = None
+  traffic: Optional[Dict[str, List[int]]] = None
 
   @classmethod
   def now(cls, *, layout, **fields) -> "Meta":

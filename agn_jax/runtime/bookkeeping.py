@@ -518,19 +518,25 @@ class RunBook:
       out["first_commit"] = round(self.commit_times[0] - self.t0, 3)
     return out
 
-  @staticmethod
-  def _traffic(stats, previous) -> Dict[str, Optional[int]]:
+  def _traffic(self, stats, previous) -> Dict[str, Optional[int]]:
     """`bytes_committed` and `bytes_pulled`: payload bytes as sent, over every worker that reported them, a resume's earlier sessions included.
 
     A commit counts its payload as the transport carried it (compressed with
     `--commit_compression`), a pull the float32 center; a simulated run
-    counts the messages its time model charges. A worker that died before
-    reporting is missing; None where no worker reported.
+    counts the messages its time model charges. A resume books the earlier
+    sittings' bytes as its checkpoint records them (`checkpoint.Meta.traffic`:
+    those of the commits it keeps, however the last sitting ended), or,
+    from a checkpoint that records none, as their `summary.json` did. A
+    worker that died before reporting is missing; None where no worker
+    reported.
     """
+    restored = self.restored.traffic if self.restored else None
     out = {}
     for key in ("bytes_committed", "bytes_pulled"):
       values = [s[key] for s in stats if s.get(key) is not None]
-      if isinstance(previous.get(key), int):
+      if restored is not None:
+        values.extend(restored[key])
+      elif isinstance(previous.get(key), int):
         values.append(previous[key])
       out[key] = int(sum(values)) if values else None
     return out

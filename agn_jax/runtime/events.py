@@ -64,11 +64,16 @@ class ServerReady(NamedTuple):
 
 
 class Restored(NamedTuple):
-  """The server restored a checkpoint (`--resume`)."""
+  """The server restored a checkpoint (`--resume`).
+
+  `traffic` is the checkpoint's per-worker bytes
+  (`agn_jax.checkpoint.Meta.traffic`), None where it records none.
+  """
   clock: int
   metrics_offset: Optional[int]
   rejected_commits: int
   worker_commits: Sequence[int]
+  traffic: Optional[Dict[str, Sequence[int]]] = None
   kind = "restored"
 
 

@@ -246,6 +246,10 @@ class _Server:
         config, model, ctx.example))
     state = strategy.rule.init(layout.unravel(jnp.asarray(initial)))
     self.clock, self.rejected = 0, 0
+    # Each worker's bytes in the commits handled, the run's earlier sittings
+    # included (`checkpoint.Meta.traffic`).
+    self.traffic = {key: [0] * config.num_workers
+                    for key in checkpoint.TRAFFIC}
     saved_step = None
     self.planner: Optional[WindowPlanner] = None
     if config.dynamic_local_updates:
@@ -270,6 +274,10 @@ class _Server:
       self.clock = int(ckpt.meta["num_commits"])
       self.rejected = int(ckpt.meta["rejected_commits"])
       saved_step = ckpt.step
+      traffic = ckpt.meta.get("traffic")
+      if traffic is not None:
+        self.traffic = {key: [int(b) for b in traffic[key]]
+                        for key in checkpoint.TRAFFIC}
       for w, count in enumerate(ckpt.meta["worker_commits"]):
         transport.set_acknowledged(w, count)
       if self.planner is not None:
@@ -292,7 +300,7 @@ class _Server:
           transport.set_window_plan(w, WindowPlan(0, steps, *ticket))
       ctx.events.put(events.Restored(
           self.clock, ckpt.meta.get("metrics_offset"), self.rejected,
-          list(ckpt.meta["worker_commits"])))
+          list(ckpt.meta["worker_commits"]), traffic))
     elif self.tickets is not None:
       for w in range(config.num_workers):
         transport.set_window_plan(w, WindowPlan(0, 0, *self._ticket(
@@ -331,6 +339,8 @@ class _Server:
           done[message.worker] = message
           continue
         meta = message.meta
+        self.traffic["bytes_committed"][meta.worker] += meta.bytes_committed
+        self.traffic["bytes_pulled"][meta.worker] += meta.bytes_pulled
         staleness = self.clock - meta.clock
         before = center
         center, state, accepted = apply(center, state, tuple(message.payload),
@@ -424,6 +434,7 @@ class _Server:
         # With a stream: its steps handed out, and each worker's next ticket.
         stream=({"taken": self.tickets.taken, "tickets": [
             list(self.transport.window_plan(w)[2:]) for w in range(n)]}
-                if self.tickets is not None else None)).to_json()
+                if self.tickets is not None else None),
+        traffic={key: list(v) for key, v in self.traffic.items()}).to_json()
     return (np.array(center), [np.array(x) for x in jax.tree.leaves(state)],
             meta)

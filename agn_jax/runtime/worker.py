@@ -139,9 +139,11 @@ class _Worker:
     self.fault = ctx.faults.fault_for(index, incarnation)
     self.slowdown = ctx.faults.slowdown_for(index)
     self.turns = ctx.faults.turns
-    # Payload bytes as sent, this process' (`summary.json` sums them).
+    # Payload bytes as sent, this process' (`summary.json` sums them), and
+    # the pulls' since the last commit (the next commit carries them).
     self.bytes_committed = 0
     self.bytes_pulled = 0
+    self.pulled_since_commit = 0
 
   def _stopping(self) -> bool:
     if not context.parent_alive(self.ctx) or self.switches.is_set("abort"):
@@ -173,6 +175,7 @@ class _Worker:
     buffer = np.empty(self.transport.num_params, np.float32)
     clock = self.transport.pull(buffer)
     self.bytes_pulled += buffer.nbytes
+    self.pulled_since_commit += buffer.nbytes
     # A fresh buffer per pull: the device array may alias host memory on CPU.
     return clock, jnp.asarray(buffer)
 
@@ -185,14 +188,17 @@ class _Worker:
     meanwhile leaves nothing the server would apply.
     """
     loss, metrics, start, end, step_metrics = window
+    sent = sum(v.nbytes for v in payload)
     meta = CommitMeta(self.index, clock, loss, metrics, end, start,
-                      step_metrics, local_updates)
+                      step_metrics, local_updates, sent,
+                      self.pulled_since_commit)
     # A finished window is still committed after a stop, unless the commit
     # queue stays full (the server may be gone).
     while not self.transport.commit(payload, meta, timeout=_POLL_SECONDS):
       if self._stopping():
         return False
-    self.bytes_committed += sum(v.nbytes for v in payload)
+    self.bytes_committed += sent
+    self.pulled_since_commit = 0
     return True
 
   def _start(self):

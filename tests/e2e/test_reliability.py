@@ -206,11 +206,18 @@ def test_resume_continues_the_interrupted_run(interrupted, tmp_path):
   assert_nothing_left(workdir)
 
 
-def test_a_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
-  # SIGKILL gives the driver no chance to clean up: its children notice
-  # they were re-parented and end, and the resource tracker unlinks.
+@pytest.fixture(scope="module")
+def sigkilled(tmp_path_factory):
+  """A one-worker CLI run SIGKILLed after its first checkpoint.
+
+  SIGKILL gives the driver no chance to clean up: its children notice they
+  were re-parented and end, and the resource tracker unlinks.
+
+  Returns:
+    (workdir, the parts still alive and the segments left 15 s later).
+  """
   import psutil  # pylint: disable=g-import-not-at-top
-  workdir = tmp_path / "run"
+  workdir = tmp_path_factory.mktemp("sigkilled") / "run"
   # One worker: the server, the evaluator and a worker are re-parented as
   # with more (the last --num_workers wins).
   process = subprocess.Popen(
@@ -220,7 +227,7 @@ def test_a_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
   try:
     deadline = time.monotonic() + 90
     metrics = workdir / "metrics.jsonl"
-    while not (metrics.exists() and '"commit"' in metrics.read_text()):
+    while not (metrics.exists() and '"checkpoint"' in metrics.read_text()):
       assert process.poll() is None and time.monotonic() < deadline
       time.sleep(0.05)
     pids = json.loads((workdir / "pids.json").read_text())
@@ -237,11 +244,39 @@ def test_a_sigkilled_driver_leaves_no_process_and_no_segment(tmp_path):
       if not alive and not left:
         break
       time.sleep(0.1)
-    assert not alive and not left, (alive, left)
+    return workdir, alive, left
   finally:
     if process.poll() is None:
       process.kill()
       process.wait()
+
+
+def test_a_sigkilled_driver_leaves_no_process_and_no_segment(sigkilled):
+  _, alive, left = sigkilled
+  assert not alive and not left, (alive, left)
+
+
+def test_a_resume_after_a_sigkill_counts_every_sitting_s_bytes(sigkilled):
+  # The killed sitting wrote no summary.json: its bytes come from the
+  # checkpoint, which books those of the commits it holds.
+  workdir, _, _ = sigkilled
+  assert not (workdir / "summary.json").exists()
+  ckpt = checkpoint.restore(str(workdir / "checkpoints"))
+  lam, batch = 4, 32
+  windows = ckpt.meta["worker_commits"][0] + 5
+  epochs = windows * lam * batch / len(data.load("digits", seed=0).x_train)
+  result = run_cli(f"--epochs={epochs + 1e-6}", f"--workdir={workdir}",
+                   "--resume", "--noplots")
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["resumed_from_commit"] == ckpt.step > 0
+  assert summary["num_commits"] == windows
+  # Each commit is a float32 delta. Each sitting's worker pulls the float32
+  # center to start and after each commit: the killed sitting's c pulls up
+  # to its last checkpointed commit, then windows - c + 1.
+  p = 64 * 32 + 32 + 32 * 10 + 10
+  assert summary["bytes_committed"] == windows * 4 * p
+  assert summary["bytes_pulled"] == (windows + 1) * 4 * p
 
 
 def test_resume_from_a_missing_workdir(tmp_path, monkeypatch, capsys):

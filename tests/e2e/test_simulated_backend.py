@@ -138,8 +138,16 @@ def test_resumed_run_continues_exactly(tmp_path, reference):
   train(_config(tmp_path, name="halves", epochs=3.0))
   assert json.loads((tmp_path / "halves" / "summary.json").read_text())[
       "completed"]
+  # As a SIGKILL after the final checkpoint leaves it: no summary.json.
+  (tmp_path / "halves" / "summary.json").unlink()
   summary = train(_config(tmp_path, name="halves", epochs=6.0, resume=True))
   assert summary["resumed_from_commit"] > 0
+  # Both sittings' bytes, from the checkpoint: each commit a float32 delta
+  # and a float32 center (the simulator charges one per commit).
+  p = 64 * 64 + 64 + 64 * 10 + 10
+  assert summary["num_commits"] == reference[0]["num_commits"]
+  assert summary["bytes_committed"] == summary["num_commits"] * 4 * p
+  assert summary["bytes_pulled"] == summary["num_commits"] * 4 * p
   # The clock goes on from the rows the resume kept.
   assert summary["simulated_seconds"] == reference[0]["simulated_seconds"]
   np.testing.assert_array_equal(np.load(workdir / "center.npy"),

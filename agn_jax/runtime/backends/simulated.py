@@ -83,6 +83,8 @@ class SimulatedBackend(backend_lib.Backend):
     self.x_test = self.y_test = None
     self.checkpointer = None
     self.saved_step = None  # A restored checkpoint's step.
+    # Its traffic per worker (`checkpoint.Meta.traffic`), or None.
+    self.restored_traffic = None
     self.stopped = False
     self.finished = False
     # Wall-clock bounds of the rounds whose windows still await a commit.
@@ -143,9 +145,11 @@ class SimulatedBackend(backend_lib.Backend):
     except (ValueError, KeyError, TypeError) as e:
       raise resume_error(self.config.workdir, str(e)) from None
     self.saved_step = ckpt.step
+    self.restored_traffic = ckpt.meta.get("traffic")
     self.book.handle(ev.Restored(ckpt.step, ckpt.meta.get("metrics_offset"),
                                  int(ckpt.meta.get("rejected_commits", 0)),
-                                 list(ckpt.meta["worker_commits"])))
+                                 list(ckpt.meta["worker_commits"]),
+                                 self.restored_traffic))
     self.book.open(ckpt.meta.get("metrics_offset"))
 
   # The run.
@@ -250,8 +254,18 @@ class SimulatedBackend(backend_lib.Backend):
         worker_steps=([sim.steps_done(k) for k in range(sim.num_workers)]
                       if sim.dynamic_local_updates or
                       self.config.data_assignment == "stream" else None),
-        simulation=meta).to_json()
+        simulation=meta,
+        traffic=self._traffic()).to_json()
     return sim.center(), jax.tree.leaves(state["arrays"]), book_meta
+
+  def _traffic(self):
+    """Each worker's bytes so far, the restored checkpoint's included (`checkpoint.Meta.traffic`)."""
+    from agn_jax import checkpoint
+    n = self.sim.num_workers
+    base = self.restored_traffic or {key: [0] * n
+                                     for key in checkpoint.TRAFFIC}
+    return {key: [int(base[key][k]) + self.sim.traffic(k)[key]
+                  for k in range(n)] for key in checkpoint.TRAFFIC}
 
   def _finish(self, save: bool = True):
     """The end of the shares (or of the time): as the processes' workers, server and evaluator end.

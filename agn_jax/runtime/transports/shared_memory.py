@@ -35,8 +35,9 @@ _FREE, _FILLING, _QUEUED, _APPLYING = 0, 1, 2, 3
 # ticket's start and steps).
 _WORKER_WORDS = 8
 # Per slot: owner, phase, queue position, clock of the commit, number of
-# step values (-1: none), local steps of its window.
-_SLOT_WORDS = 6
+# step values (-1: none), local steps of its window, bytes committed and
+# pulled (`CommitMeta`).
+_SLOT_WORDS = 8
 # Per slot: loss, time, window start (NaN: unknown); then the task's metrics.
 _SLOT_FLOATS = 3
 
@@ -193,7 +194,8 @@ class SharedMemoryTransport(Transport):
             "_done_samples", "_plan_updates", "_plan_steps",
             "_ticket_start", "_ticket_steps", "_owner",
             "_phase", "_seq", "_clock", "_steps_count", "_local_updates",
-            "_floats", "_steps", "_next_seq")
+            "_bytes_committed", "_bytes_pulled", "_floats", "_steps",
+            "_next_seq")
   _LOCKS = ("_center_lock", "_ring_lock")
 
   def __getstate__(self):
@@ -225,8 +227,8 @@ class SharedMemoryTransport(Transport):
          words[i * n:(i + 1) * n] for i in range(_WORKER_WORDS))
     slot_words = words[_WORKER_WORDS * n:]
     (self._owner, self._phase, self._seq, self._clock, self._steps_count,
-     self._local_updates) = (slot_words[i * s:(i + 1) * s]
-                             for i in range(_SLOT_WORDS))
+     self._local_updates, self._bytes_committed, self._bytes_pulled) = (
+         slot_words[i * s:(i + 1) * s] for i in range(_SLOT_WORDS))
     self._next_seq = words[-1:]
     base = shm.aligned((_WORKER_WORDS * n + _SLOT_WORDS * s + 1) * 8)
     floats = _SLOT_FLOATS + len(self.metrics)
@@ -308,7 +310,9 @@ class SharedMemoryTransport(Transport):
         meta = CommitMeta(int(self._owner[i]), int(self._clock[i]),
                           float(loss), metrics, float(when),
                           None if np.isnan(start) else float(start), steps,
-                          int(self._local_updates[i]))
+                          int(self._local_updates[i]),
+                          int(self._bytes_committed[i]),
+                          int(self._bytes_pulled[i]))
         return Commit(meta, self._slots[i], i)
       new = np.flatnonzero((done != 0) & ~self._reported)
       if new.size:
@@ -398,6 +402,8 @@ class SharedMemoryTransport(Transport):
                        np.float32).reshape(-1)
     self._clock[i] = meta.clock
     self._local_updates[i] = meta.local_updates
+    self._bytes_committed[i] = meta.bytes_committed
+    self._bytes_pulled[i] = meta.bytes_pulled
     # -1: the commit carries no step values (0: an empty list of them).
     self._steps_count[i] = steps.size if self.step_metric in values else -1
     self._steps[i, :steps.size] = steps
