@@ -168,8 +168,8 @@ def test_sigint_ends_the_cli_within_10_s_with_a_final_checkpoint(interrupted):
   assert_nothing_left(workdir)
 
 
-# soak: test_a_full_disk_ends_the_run_in_one_line_and_resume_elsewhere_finishes
-# covers a CLI resume from the last checkpoint (the clock and the books
+# soak: test_a_resume_after_a_sigkill_counts_every_sitting_s_bytes covers a
+# CLI resume from the last checkpoint (the clock and the books
 # continuing, what the checkpoint kept of metrics.jsonl unchanged, every
 # commit once), and tests/e2e/test_ray_backend.py's
 # test_resume_continues_the_interrupted_run_on_ray a resumed run of an
@@ -262,6 +262,8 @@ def test_a_resume_after_a_sigkill_counts_every_sitting_s_bytes(sigkilled):
   workdir, _, _ = sigkilled
   assert not (workdir / "summary.json").exists()
   ckpt = checkpoint.restore(str(workdir / "checkpoints"))
+  offset = ckpt.meta["metrics_offset"]
+  before = (workdir / "metrics.jsonl").read_bytes()
   lam, batch = 4, 32
   windows = ckpt.meta["worker_commits"][0] + 5
   epochs = windows * lam * batch / len(data.load("digits", seed=0).x_train)
@@ -271,6 +273,10 @@ def test_a_resume_after_a_sigkill_counts_every_sitting_s_bytes(sigkilled):
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["resumed_from_commit"] == ckpt.step > 0
   assert summary["num_commits"] == windows
+  # Every commit once; what the checkpoint kept is unchanged.
+  clocks = [r["clock"] for r in metrics_rows(workdir, ["commit"])]
+  assert clocks == list(range(1, windows + 1))
+  assert (workdir / "metrics.jsonl").read_bytes()[:offset] == before[:offset]
   # Each commit is a float32 delta. Each sitting's worker pulls the float32
   # center to start and after each commit: the killed sitting's c pulls up
   # to its last checkpointed commit, then windows - c + 1.
@@ -340,11 +346,14 @@ def test_resume_on_the_simulated_backend_is_one_line(interrupted, tmp_path):
   assert snapshot(workdir) == before
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-  """A directory on a 4 MiB tmpfs of its own with about 192 kB free (root only)."""
-  mount = tmp_path / "disk"
-  mount.mkdir()
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory):
+  """A one-worker CLI run on a 4 MiB tmpfs of its own with about 192 kB free (root only), run until the disk is full.
+
+  Returns:
+    (the run's workdir, its `subprocess.run` result).
+  """
+  mount = tmp_path_factory.mktemp("disk")
   mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs",
                             str(mount)], capture_output=True)
   if mounted.returncode != 0:
@@ -352,18 +361,18 @@ def small_disk(tmp_path):
   try:
     with open(mount / "filler", "wb") as f:
       f.write(b"\0" * (4 * 2**20 - 192 * 2**10))
-    yield mount
+    # One worker: a second would fill the disk the same way, and start later.
+    workdir = mount / "run"
+    result = run_cli(*TINY, "--num_workers=1", "--epochs=400",
+                     "--checkpoint_every_seconds=0.2", "--noplots",
+                     f"--workdir={workdir}")
+    yield workdir, result
   finally:
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def test_a_full_disk_ends_the_run_in_one_line_and_resume_elsewhere_finishes(
-    small_disk, tmp_path):
-  # One worker: a second would fill the disk the same way, and start later.
-  workdir = small_disk / "run"
-  result = run_cli(*TINY, "--num_workers=1", "--epochs=400",
-                   "--checkpoint_every_seconds=0.2", "--noplots",
-                   f"--workdir={workdir}")
+def test_a_full_disk_ends_the_run_in_one_line(full_disk):
+  workdir, result = full_disk
   assert result.returncode == 1, result.stderr[-3000:]
   assert "Traceback" not in result.stderr
   # After the progress bar, one line: the file it could not write, and why.
@@ -379,10 +388,23 @@ def test_a_full_disk_ends_the_run_in_one_line_and_resume_elsewhere_finishes(
     summary = json.loads(summary_path.read_text())
     assert summary["outcome"] == "failed"
     assert summary["failure"] == line.split("train: error: ", 1)[1]
+  # The last checkpoint is whole: its arrays read back, and a resume of the
+  # run would take it.
+  assert checkpoint.restore(str(workdir / "checkpoints")).step > 0
+  checkpoint.validate_for_resume(
+      str(workdir), json.loads((workdir / "config.json").read_text()),
+      len(data.load("digits", seed=0).x_train))
+
+
+# soak: test_a_resume_after_a_sigkill_counts_every_sitting_s_bytes covers a
+# CLI resume of a run that ended abruptly after a checkpoint (every commit
+# once, what the checkpoint kept of metrics.jsonl unchanged), in the suite.
+@pytest.mark.soak
+def test_a_resume_elsewhere_after_a_full_disk_finishes(full_disk, tmp_path):
   # The last checkpoint is usable, and a resume elsewhere finishes with
   # every commit once.
   elsewhere = tmp_path / "elsewhere"
-  shutil.copytree(workdir, elsewhere)
+  shutil.copytree(full_disk[0], elsewhere)
   ckpt = checkpoint.restore(str(elsewhere / "checkpoints"))
   offset = ckpt.meta["metrics_offset"]
   before = (elsewhere / "metrics.jsonl").read_bytes()
