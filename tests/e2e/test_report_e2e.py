@@ -368,8 +368,9 @@ def test_completed_runs_keep_no_checkpoint_and_the_ledger_counts_them(study):
     assert not os.path.exists(os.path.join(r.path(study_dir), "checkpoints"))
     entry = books.ledger[f"{r.section}/{r.name}"]
     assert entry["completed"]
-    # Training takes CPU time; a ledger that lost it would read 0.
-    assert entry["cpu_seconds"] > 0.1, entry
+    # Training takes CPU time; a ledger that lost it would read 0 (a
+    # quick run on a fast host takes less than 0.1 s of it).
+    assert entry["cpu_seconds"] > 0, entry
 
 
 def test_the_archive_carries_the_study_to_a_fresh_clone(study, tmp_path):
