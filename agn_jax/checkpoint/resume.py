@@ -174,6 +174,10 @@ def validate_meta(meta: Any, step: int, *, where: str,
     raise CheckpointError(
         f"{where}: traffic={_short(traffic)} is not "
         + " and ".join(TRAFFIC) + f" of {n} integers >= 0 each")
+  wall = meta.get("wall_seconds")
+  if wall is not None and not (_is_number(wall) and wall >= 0):
+    raise CheckpointError(f"{where}: wall_seconds={wall!r} is not a number "
+                          ">= 0")
   offset = meta.get("metrics_offset")
   if offset is not None:
     if not _is_int(offset) or offset < 0:

@@ -66,6 +66,8 @@ class Meta(NamedTuple):
       checkpoint holds, `{"bytes_committed": [...], "bytes_pulled": [...]}`
       (`TRAFFIC`; pulls counted up to each worker's last commit in it), the
       run's earlier sittings included: what a resume books before its own.
+    wall_seconds: the run's wall seconds when it was written, its earlier
+      sittings included (`summary.json`'s `wall_seconds` so far).
 
   Example:
     >>> Meta(3, 0, [2, 1], {}, [], time=1.0).to_json()["worker_commits"]
@@ -84,6 +86,7 @@ class Meta(NamedTuple):
   stream: Optional[Dict[str, Any]] = None
   simulation: Optional[Dict[str, Any]] = None
   traffic: Optional[Dict[str, List[int]]] = None
+  wall_seconds: Optional[float] = None
 
   @classmethod
   def now(cls, *, layout, **fields) -> "Meta":

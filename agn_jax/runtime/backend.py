@@ -530,7 +530,8 @@ class ServerBackend(Backend):
       if isinstance(event, ev.CheckpointRequest):
         # Every event the server sent before is in the file: that is the
         # position a resume from this checkpoint cuts metrics.jsonl back to.
-        self._reply((event.clock, self.book.metrics_position()))
+        self._reply((event.clock, self.book.metrics_position(),
+                     self.book.wall_seconds()))
       else:
         self.book.handle(event)
 

@@ -518,6 +518,16 @@ class RunBook:
       out["first_commit"] = round(self.commit_times[0] - self.t0, 3)
     return out
 
+  def wall_seconds(self) -> float:
+    """The run's wall seconds so far: this session's, and a resume's earlier sittings' as its checkpoint books them (`checkpoint.Meta.wall_seconds`: up to the checkpoint), or, from a checkpoint that records none, as their `summary.json` did."""
+    wall = time.time() - self.t0
+    earlier = self.restored.wall_seconds if self.restored else None
+    if earlier is None:
+      earlier = (self.previous_summary or {}).get("wall_seconds")
+    if isinstance(earlier, (int, float)):
+      wall += earlier
+    return wall
+
   def _traffic(self, stats, previous) -> Dict[str, Optional[int]]:
     """`bytes_committed` and `bytes_pulled`: payload bytes as sent, over every worker that reported them, a resume's earlier sessions included.
 
@@ -563,9 +573,7 @@ class RunBook:
                         if self.started and ended else None)
     stats = [done[i].stats if i in done else {} for i in range(n)]
     previous = self.previous_summary or {}
-    wall = time.time() - self.t0
-    if isinstance(previous.get("wall_seconds"), (int, float)):
-      wall += previous["wall_seconds"]
+    wall = self.wall_seconds()
     trained = sum(e.num_samples for e in done.values())
     completed = (not interrupted and self.server_done is not None and
                  (self.expected_commits is not None or

@@ -67,13 +67,15 @@ class Restored(NamedTuple):
   """The server restored a checkpoint (`--resume`).
 
   `traffic` is the checkpoint's per-worker bytes
-  (`agn_jax.checkpoint.Meta.traffic`), None where it records none.
+  (`agn_jax.checkpoint.Meta.traffic`) and `wall_seconds` the run's wall
+  seconds up to it; None where it records none.
   """
   clock: int
   metrics_offset: Optional[int]
   rejected_commits: int
   worker_commits: Sequence[int]
   traffic: Optional[Dict[str, Sequence[int]]] = None
+  wall_seconds: Optional[float] = None
   kind = "restored"
 
 

@@ -300,7 +300,8 @@ class _Server:
           transport.set_window_plan(w, WindowPlan(0, steps, *ticket))
       ctx.events.put(events.Restored(
           self.clock, ckpt.meta.get("metrics_offset"), self.rejected,
-          list(ckpt.meta["worker_commits"]), traffic))
+          list(ckpt.meta["worker_commits"]), traffic,
+          ckpt.meta.get("wall_seconds")))
     elif self.tickets is not None:
       for w in range(config.num_workers):
         transport.set_window_plan(w, WindowPlan(0, 0, *self._ticket(
@@ -394,19 +395,22 @@ class _Server:
     return plan._replace(ticket_start=start, ticket_steps=steps)
 
   def _metrics_offset(self):
-    """Asks the launcher how far metrics.jsonl goes once every event up to now is in it.
+    """Asks the launcher how far metrics.jsonl goes once every event up to now is in it, and the run's wall seconds so far.
 
     This server's events reach the launcher in order, so the answer covers
     every commit in the center being saved; commits wait meanwhile.
+
+    Returns:
+      `(metrics offset, wall seconds)`, or `(None, None)` without an answer.
     """
     self.ctx.events.put(events.CheckpointRequest(self.clock))
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline and not self._leaving():
       if self.replies.poll(0.05):
-        clock, offset = self.replies.recv()
+        clock, offset, wall = self.replies.recv()
         if clock == self.clock:  # Not a late answer to an earlier request.
-          return offset
-    return None
+          return offset, wall
+    return None, None
 
   def _save(self, center, state, final: bool):
     if not self.ctx.config["checkpoints"]:
@@ -421,13 +425,14 @@ class _Server:
     """The checkpoint of this clock: `(center, server leaves, meta)`."""
     import jax
     from agn_jax import checkpoint
-    offset = self._metrics_offset()
+    offset, wall = self._metrics_offset()
     n = self.ctx.config["num_workers"]
     meta = checkpoint.Meta.now(
         num_commits=self.clock, rejected_commits=self.rejected,
         # Each worker's progress through its data share, in windows.
         worker_commits=[self.transport.acknowledged(w) for w in range(n)],
         config=self.ctx.config, layout=self.layout, metrics_offset=offset,
+        wall_seconds=wall,
         # With Dynamic Local Updates, that progress in local steps.
         worker_steps=(list(self.planner.steps_done)
                       if self.planner is not None else None),

@@ -257,8 +257,8 @@ def test_a_sigkilled_driver_leaves_no_process_and_no_segment(sigkilled):
 
 
 def test_a_resume_after_a_sigkill_counts_every_sitting_s_bytes(sigkilled):
-  # The killed sitting wrote no summary.json: its bytes come from the
-  # checkpoint, which books those of the commits it holds.
+  # The killed sitting wrote no summary.json: its bytes and wall seconds come
+  # from the checkpoint, which books those of the commits it holds.
   workdir, _, _ = sigkilled
   assert not (workdir / "summary.json").exists()
   ckpt = checkpoint.restore(str(workdir / "checkpoints"))
@@ -273,6 +273,11 @@ def test_a_resume_after_a_sigkill_counts_every_sitting_s_bytes(sigkilled):
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["resumed_from_commit"] == ckpt.step > 0
   assert summary["num_commits"] == windows
+  # The killed sitting's seconds up to its checkpoint, and all of this one's
+  # (its rows' `wall_time` counts from this sitting's start).
+  assert ckpt.meta["wall_seconds"] > 0
+  assert summary["wall_seconds"] >= (ckpt.meta["wall_seconds"] +
+                                     metrics_rows(workdir)[-1]["wall_time"])
   # Every commit once; what the checkpoint kept is unchanged.
   clocks = [r["clock"] for r in metrics_rows(workdir, ["commit"])]
   assert clocks == list(range(1, windows + 1))

@@ -72,7 +72,8 @@ def write_resumable(workdir, **meta_changes):
   meta = {"num_commits": 4, "rejected_commits": 1, "worker_commits": [3, 2],
           "metrics_offset": 80, "config": run_config(workdir),
           "layout": LAYOUT, "time": 1.0,
-          "traffic": {"bytes_committed": [96, 64], "bytes_pulled": [96, 64]}}
+          "traffic": {"bytes_committed": [96, 64], "bytes_pulled": [96, 64]},
+          "wall_seconds": 12.5}
   meta.update(meta_changes)
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
   ckpt.save(4, np.zeros(8, np.float32), [np.int32(4)], meta)
@@ -119,6 +120,7 @@ TAMPERED = [
     (dict(config=[1, 2]), "records no config"),
     (dict(traffic={"bytes_committed": [96, -1], "bytes_pulled": [96, 64]}),
      "traffic=.* is not bytes_committed and bytes_pulled of 2 integers >= 0"),
+    (dict(wall_seconds="12"), "wall_seconds='12' is not a number >= 0"),
     (dict(layout="nope"), "layout is not a list"),
     (dict(layout=[[[3, -2], "float32"]]), "layout is not a list"),
 ]

@@ -149,7 +149,8 @@ class SimulatedBackend(backend_lib.Backend):
     self.book.handle(ev.Restored(ckpt.step, ckpt.meta.get("metrics_offset"),
                                  int(ckpt.meta.get("rejected_commits", 0)),
                                  list(ckpt.meta["worker_commits"]),
-                                 self.restored_traffic))
+                                 self.restored_traffic,
+                                 ckpt.meta.get("wall_seconds")))
     self.book.open(ckpt.meta.get("metrics_offset"))
 
   # The run.
@@ -251,6 +252,7 @@ class SimulatedBackend(backend_lib.Backend):
         worker_commits=list(meta["windows_done"]),
         config=self.config.to_dict(), layout=self.layout,
         metrics_offset=self.book.metrics_position(),
+        wall_seconds=self.book.wall_seconds(),
         worker_steps=([sim.steps_done(k) for k in range(sim.num_workers)]
                       if sim.dynamic_local_updates or
                       self.config.data_assignment == "stream" else None),

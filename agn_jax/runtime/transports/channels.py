@@ -61,7 +61,7 @@ class Replies(abc.ABC):
 
   @abc.abstractmethod
   def recv(self):
-    """The next answer, `(clock, metrics position)`; waits for it."""
+    """The next answer, `(clock, metrics position, wall seconds)`; waits for it."""
 
 
 class DataSource(abc.ABC):
