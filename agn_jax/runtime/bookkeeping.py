@@ -520,15 +520,13 @@ class RunBook:
 
   def wall_seconds(self) -> float:
     """The run's wall seconds so far: this session's, and a resume's earlier sittings' as its checkpoint books them (`checkpoint.Meta.wall_seconds`: up to the checkpoint), or, from a checkpoint that records none, as their `summary.json` did."""
-    wall = time.time() - self.t0
     earlier = self.restored.wall_seconds if self.restored else None
     if earlier is None:
       earlier = (self.previous_summary or {}).get("wall_seconds")
-    if isinstance(earlier, (int, float)):
-      wall += earlier
-    return wall
+    return time.time() - self.t0 + (
+        earlier if isinstance(earlier, (int, float)) else 0.0)
 
-  def _traffic(self, stats, previous) -> Dict[str, Optional[int]]:
+  def _traffic(self, stats) -> Dict[str, Optional[int]]:
     """`bytes_committed` and `bytes_pulled`: payload bytes as sent, over every worker that reported them, a resume's earlier sessions included.
 
     A commit counts its payload as the transport carried it (compressed with
@@ -541,6 +539,7 @@ class RunBook:
     reported.
     """
     restored = self.restored.traffic if self.restored else None
+    previous = self.previous_summary or {}
     out = {}
     for key in ("bytes_committed", "bytes_pulled"):
       values = [s[key] for s in stats if s.get(key) is not None]
@@ -572,7 +571,6 @@ class RunBook:
     training_seconds = (ended - self.started
                         if self.started and ended else None)
     stats = [done[i].stats if i in done else {} for i in range(n)]
-    previous = self.previous_summary or {}
     wall = self.wall_seconds()
     trained = sum(e.num_samples for e in done.values())
     completed = (not interrupted and self.server_done is not None and
@@ -636,7 +634,7 @@ class RunBook:
         "startup": self._startup(),
         "worker_peak_rss_mb": [s.get("peak_rss_mb") for s in stats],
         "worker_uss_mb": [s.get("uss_mb") for s in stats],
-        **self._traffic(stats, previous),
+        **self._traffic(stats),
         "worker_restarts": self.restarts,
         "last_checkpoint": self.last_checkpoint,
         "resumed_from_commit": restored.clock if restored else None,
