@@ -83,8 +83,6 @@ class SimulatedBackend(backend_lib.Backend):
     self.x_test = self.y_test = None
     self.checkpointer = None
     self.saved_step = None  # A restored checkpoint's step.
-    # Its traffic per worker (`checkpoint.Meta.traffic`), or None.
-    self.restored_traffic = None
     self.stopped = False
     self.finished = False
     # Wall-clock bounds of the rounds whose windows still await a commit.
@@ -145,11 +143,10 @@ class SimulatedBackend(backend_lib.Backend):
     except (ValueError, KeyError, TypeError) as e:
       raise resume_error(self.config.workdir, str(e)) from None
     self.saved_step = ckpt.step
-    self.restored_traffic = ckpt.meta.get("traffic")
     self.book.handle(ev.Restored(ckpt.step, ckpt.meta.get("metrics_offset"),
                                  int(ckpt.meta.get("rejected_commits", 0)),
                                  list(ckpt.meta["worker_commits"]),
-                                 self.restored_traffic,
+                                 ckpt.meta.get("traffic"),
                                  ckpt.meta.get("wall_seconds")))
     self.book.open(ckpt.meta.get("metrics_offset"))
 
@@ -261,11 +258,12 @@ class SimulatedBackend(backend_lib.Backend):
     return sim.center(), jax.tree.leaves(state["arrays"]), book_meta
 
   def _traffic(self):
-    """Each worker's bytes so far, the restored checkpoint's included (`checkpoint.Meta.traffic`)."""
+    """Each worker's bytes so far, the restored checkpoint's included (`checkpoint.Meta.traffic`, as the books hold it)."""
     from agn_jax import checkpoint
     n = self.sim.num_workers
-    base = self.restored_traffic or {key: [0] * n
-                                     for key in checkpoint.TRAFFIC}
+    restored = self.book.restored
+    base = (restored.traffic if restored and restored.traffic is not None
+            else {key: [0] * n for key in checkpoint.TRAFFIC})
     return {key: [int(base[key][k]) + self.sim.traffic(k)[key]
                   for k in range(n)] for key in checkpoint.TRAFFIC}
 
