@@ -25,7 +25,7 @@ from experiments.report import thesis
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "configs")
-PRESETS = ("quick", "cpu", "paper", "beyond")
+PRESETS = ("quick", "cpu", "refit", "paper", "beyond")
 REFERENCE, BASELINE = "agn", "aeasgd"
 # Sections that own runs. The grid, DOWNPOUR, the normalization ablation
 # (RQ1) and DynSGD (RQ3) run in the thesis' setting (`THESIS_SETTING`); the
@@ -142,7 +142,7 @@ class Preset(NamedTuple):
     description: one line for the report and the cost.
     runs: every run, in the order they run.
     workers, windows: the grid's axes, as the heat maps show them.
-    seeds: seeds per grid cell (the first cell, the headline, may have
+    seeds: seeds per grid cell (the cells of `seeded_cells` may have
       more: `headline_seeds`).
     train_examples: the dataset's training examples (for the cost).
     ablation_cell: the (n, λ) of the ablation and DiLoCo runs.
@@ -168,6 +168,12 @@ class Preset(NamedTuple):
   gap_cell: Optional[Tuple[int, int]] = None
   headline_seeds: Optional[int] = None
   mechanism: Optional["Mechanism"] = None
+  seeded_cells: Tuple[Tuple[int, int], ...] = ()
+
+  @property
+  def many_seeded_cells(self) -> Tuple[Tuple[int, int], ...]:
+    """The grid cells run with `headline_seeds` seeds (default: the first)."""
+    return self.seeded_cells or self.grid_cells[:1]
 
   @property
   def grid_cells(self) -> Tuple[Tuple[int, int], ...]:
@@ -369,7 +375,8 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
                      ablation_processes: Tuple[str, ...] = (REFERENCE, BASELINE),
                      headline_seeds: Optional[int] = None,
                      setting: Tuple[str, ...] = THESIS_SETTING,
-                     extras: Extras = Extras()) -> Preset:
+                     extras: Extras = Extras(),
+                     seeded_cells: Sequence[Tuple[int, int]] = ()) -> Preset:
   """A preset's runs: the grid and every section beside it.
 
   The grid, DOWNPOUR, the normalization ablation and DynSGD run with
@@ -380,7 +387,9 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   ablation's); `ablation_alpha=False` varies AEASGD's α only at the gap
   cell, where it is expected to matter most; `ablation_processes` are the
   strategies that run again as real processes (the staleness claim reads
-  AGN's); `headline_seeds` (default `seeds`) is the seeds of the first cell.
+  AGN's); `headline_seeds` (default `seeds`) is the seeds of the cells of
+  `seeded_cells` (default: the first cell), which then run first, seed by
+  seed.
   """
   gap_epochs = ablation_epochs if gap_epochs is None else gap_epochs
   batch = int(flag_value(base, "batch_size"))
@@ -394,9 +403,10 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
     return evaluated(RunSpec(section, strategy, *cell, seed, epochs, flags))
 
   runs = []
+  seeded = [tuple(c) for c in seeded_cells] or [tuple(cells[0])]
   for seed in range(max(seeds, headline_seeds)):
     for n, l in cells:
-      if seed >= (headline_seeds if (n, l) == tuple(cells[0]) else seeds):
+      if seed >= (headline_seeds if (n, l) in seeded else seeds):
         continue
       for strategy in (REFERENCE, BASELINE):
         runs.append(grid_run(GRID, strategy, (n, l), seed,
@@ -477,6 +487,12 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   unstable = [c for c in cells if c[0] == 4 * c[1]][:1]
   first = [r for c in [cells[0]] + unstable for r in runs
            if r.section == GRID and r.cell == c and r.seed == 0]
+  if seeded_cells:
+    # Every seed of the cells whose verdict the seeds decide, seed by seed,
+    # and then one seed of every other cell, before anything else.
+    first = [r for r in runs if r.section == GRID and r.cell in seeded]
+    first += [r for r in runs if r.section == GRID and r.seed == 0
+              and r not in first]
   # The mechanism's runs are cheap below the grid's budget (cpu), and come
   # late at the grid's own (paper).
   cheap = [r for r in runs if r.section in (DOWNPOUR, NORMALIZATION) or
@@ -489,13 +505,27 @@ def _grid_and_extras(name: str, description: str, base: Tuple[str, ...],
   return Preset(name, description, tuple(first + cheap + rest + late + last),
                 tuple(workers), tuple(windows), seeds, train_examples,
                 ablation_cell, layers, platform, gap, headline_seeds,
-                extras.mechanism)
+                extras.mechanism, tuple(tuple(c) for c in seeded_cells))
 
 
 # The cpu preset's grid: today's five cells, then (40, 20), the heuristic's
 # λ at n = 40, and (20, 15), the cell of the thesis' staleness histogram.
 CPU_CELLS = ((40, 40), (10, 10), (10, 40), (25, 25), (40, 10), (40, 20),
              (20, 15))
+
+
+# The refit study (issue 56): the thesis' setting on the cluster model
+# refitted to all 98 of its published times, its staleness histogram and its
+# per-worker traces (scripts/fit_cluster.py, committed before any run), with
+# the model and optimizers as Keras built them. The clock decides the cells
+# at n = 4λ and n = 2λ, so they run 3 seeds each, first.
+REFIT_SETTING = THESIS_SETTING
+REFIT_SEEDED_CELLS = ((40, 10), (40, 20))
+# A seed "recovers" when the mean of its last five evaluations of the
+# center's test accuracy is at least this: the thesis' (40, 10) curve ends
+# near 0.96 after staying below 0.90 for 520 of its 749 s. Stated before the
+# refit's runs.
+RECOVERED_ACCURACY = 0.90
 
 
 # RQ2 and RQ4 on this CPU, about an hour (18 runs of 5 epochs, 5.4 M
@@ -576,6 +606,18 @@ def preset(name: str) -> Preset:
         60000, 4, gap_epochs=5.0, ablation_alpha=False, headline_seeds=3,
         extras=Extras(sensitivity_cells=CPU_CELLS[:5],
                       normalization=(10, (5, 10, 20), 5.0),
+                      dynsgd_cells=((40, 40), (10, 10)),
+                      mechanism=CPU_MECHANISM))
+  if name == "refit":
+    return _grid_and_extras(
+        name, "the cpu study's seven cells on the cluster refitted to the "
+        "thesis' clock, with the thesis' Keras model and optimizers, 3 seeds "
+        "at n = 40, λ = 10 and 20, on this CPU", paper_base, CPU_CELLS, 1,
+        40.0, (10, 20), 5.0, (10, 10), 10.0, grid,
+        thesis.COMMUNICATION_WINDOWS, 60000, 4, gap_epochs=5.0,
+        ablation_alpha=False, headline_seeds=3, setting=REFIT_SETTING,
+        seeded_cells=REFIT_SEEDED_CELLS,
+        extras=Extras(normalization=(10, (5, 10, 20), 5.0),
                       dynsgd_cells=((40, 40), (10, 10)),
                       mechanism=CPU_MECHANISM))
   if name == "beyond":

@@ -34,7 +34,9 @@ CPU_SECONDS_PER_SAMPLE = 5473 / 30.3e6
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_enum("preset", "cpu", list(design.PRESETS),
-                    "The study: cpu (this CPU, ~5 h), paper (the full "
+                    "The study: cpu (this CPU, ~5 h), refit (cpu's cells on "
+                    "the refitted cluster, 3 seeds at n = 40, λ = 10 and 20, "
+                    "this CPU, ~10 h), paper (the full "
                     "grid, 3 seeds, one GPU), beyond (methods after the "
                     "paper, this CPU, ~2 h) or quick (seconds, for tests).",
                     flag_values=flag_values)
@@ -43,7 +45,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       "resumes the study.", flag_values=flag_values)
   flags.DEFINE_string("output_dir", None, "Where REPORT.md and its plots go "
                       "(default: experiments/results, experiments/results/"
-                      "beyond for --preset=beyond, or <study_dir>/results "
+                      "<preset> for beyond and refit, or <study_dir>/results "
                       "for --preset=quick).", flag_values=flag_values)
   flags.DEFINE_string("paper_study_dir", os.path.join("runs", "report-paper"),
                       "A --preset=paper study whose grid the report shows "
@@ -82,8 +84,9 @@ def main(argv):
                               status=2)
   output_dir = FLAGS.output_dir or (
       os.path.join(study_dir, "results") if p.name == "quick" else
-      os.path.join("experiments", "results", "beyond") if p.name == "beyond"
-      else os.path.join("experiments", "results"))
+      os.path.join("experiments", "results", p.name)
+      if p.name in ("beyond", "refit") else
+      os.path.join("experiments", "results"))
   archive_dir = (FLAGS.archive_dir if FLAGS.archive_dir is not None else
                  None if p.name == "quick" else archive.default_dir(output_dir))
   archived = bool(archive_dir) and os.path.isfile(

@@ -294,8 +294,8 @@ def render(ctx: Context) -> List[str]:
     steps = run.epochs * p.train_examples / p.batch_size()
     seeds = f"{p.seeds} seed{'s' if p.seeds > 1 else ''}"
     if p.headline_seeds and p.headline_seeds != p.seeds:
-      seeds += (f"; {p.headline_seeds} at n = {p.grid_cells[0][0]}, "
-                f"λ = {p.grid_cells[0][1]}")
+      seeds += f"; {p.headline_seeds} at " + " and ".join(
+          f"n = {n}, λ = {l}" for n, l in p.many_seeded_cells)
     lines += [f"- **Budget:** {run.epochs:g} epochs of {p.train_examples:,} "
               f"training examples, batch {p.batch_size()}: {steps:,.0f} local "
               "steps a run, split over the n workers, for both strategies in "
