@@ -83,18 +83,20 @@ def build_model(config: TrainConfig, num_classes: int, input_shape):
   """`(model, loss_fn)` for a dataset with `num_classes` and `input_shape`.
 
   The model is the one `config.model` names (`agn_jax.models.create_model`),
-  the loss its task's (`config.task`), built on `model.apply`.
+  started as `config.initializer` says, the loss its task's (`config.task`),
+  built on `model.apply`.
   """
   return _model(config.model, int(num_classes),
                 tuple(int(d) for d in input_shape),
-                tuple(config.hidden_sizes), config.task)
+                tuple(config.hidden_sizes), config.task, config.initializer)
 
 
 # Once per process for the same settings, as `_strategy`: the same loss
 # function lets the simulator and the evaluations reuse their programs.
 @kept
-def _model(name, num_classes, input_shape, hidden_sizes, task):
-  model = models.create_model(name, num_classes, input_shape, hidden_sizes)
+def _model(name, num_classes, input_shape, hidden_sizes, task, initializer):
+  model = models.create_model(name, num_classes, input_shape, hidden_sizes,
+                              initializer)
   return model, tasks.get_task(task).loss(model.apply)
 
 

@@ -179,6 +179,12 @@ class TrainConfig:
   hidden_sizes: Tuple[int, ...] = setting(
       (256, 128), "Widths of the MLP's hidden layers, comma-separated.",
       check=POSITIVE_INTS, budget=True, resume_fixed=True, cost=True)
+  initializer: str = setting(
+      "flax", "How the model's parameters start: flax (lecun_normal "
+      "kernels, zero biases; as every run so far) or keras (Keras 2.0's "
+      "Dense and Conv: glorot_uniform kernels, zero biases, as the thesis' "
+      "MLP; the mlp and cnn only).",
+      choices=_names("agn_jax.models", "INITIALIZERS"), resume_fixed=True)
   epochs: float = setting(
       40.0, "Total epochs' worth of data, split equally over the workers.",
       check=POSITIVE, budget=True)
@@ -188,9 +194,10 @@ class TrainConfig:
   worker_optimizer: Optional[str] = setting(
       None, _with_paper_default(
           "Local optimizer of the workers (momentum: heavy ball; nesterov: "
-          "Nesterov momentum; eamsgd's must be nesterov)", "worker_optimizer"),
+          "Nesterov momentum; keras_adam, keras_adagrad: Keras 2.0's, as the "
+          "thesis' workers ran; eamsgd's must be nesterov)", "worker_optimizer"),
       choices=_names("agn_jax.strategies", "WORKER_OPTIMIZERS"),
-      strategy=True, generic_default="adam", cost=True)
+      strategy=True, generic_default="adam", cost=True, resume_fixed=True)
   learning_rate: Optional[float] = setting(
       None, _with_paper_default("Learning rate of the local optimizer",
                                 "learning_rate"),

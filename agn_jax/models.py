@@ -14,6 +14,14 @@ from agn_jax import tasks
 from agn_jax.kept import kept
 
 PAPER_HIDDEN_SIZES = (1000, 2000, 1000)
+# How the MLP's and the CNN's parameters start (`--initializer`): flax.linen's
+# defaults (lecun_normal kernels, zero biases), or Keras 2.0's
+# (`Dense(kernel_initializer='glorot_uniform', bias_initializer='zeros')`,
+# and the same for `Conv2D`; keras-team/keras 2.0.5, keras/layers/core.py),
+# which the thesis' dist-keras MLP had. Both start the biases at zero.
+INITIALIZERS = ("flax", "keras")
+_KERNEL_INITS = {"flax": nn.linear.default_kernel_init,
+                 "keras": nn.initializers.glorot_uniform()}
 
 Params = Any
 ApplyFn = Callable[[Params, jax.Array], jax.Array]
@@ -29,16 +37,20 @@ class MLP(nn.Module):
   Attributes:
     hidden_sizes: widths of the hidden layers.
     num_classes: number of output logits.
+    initializer: how the kernels start, one of `INITIALIZERS`.
   """
   hidden_sizes: Sequence[int]
   num_classes: int
+  initializer: str = "flax"
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
+    dense = functools.partial(nn.Dense,
+                              kernel_init=_KERNEL_INITS[self.initializer])
     x = x.reshape((x.shape[0], -1))
     for width in self.hidden_sizes:
-      x = nn.relu(nn.Dense(width)(x))
-    return nn.Dense(self.num_classes)(x)
+      x = nn.relu(dense(width)(x))
+    return dense(self.num_classes)(x)
 
 
 class CNN(nn.Module):
@@ -53,11 +65,13 @@ class CNN(nn.Module):
     input_shape: per-example shape with a trailing channel axis.
     features: channels of the two convolutions.
     dense_size: width of the hidden dense layer.
+    initializer: how the kernels start, one of `INITIALIZERS`.
   """
   num_classes: int
   input_shape: Tuple[int, ...]
   features: Tuple[int, int] = (32, 64)
   dense_size: int = 128
+  initializer: str = "flax"
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -67,29 +81,32 @@ class CNN(nn.Module):
     spatial = len(shape) - 1
     x = x.reshape((x.shape[0],) + shape)
     kernel = (3, 3) if spatial == 2 else (5,) * spatial
+    kernel_init = _KERNEL_INITS[self.initializer]
     for width in self.features:
-      x = nn.relu(nn.Conv(width, kernel)(x))
+      x = nn.relu(nn.Conv(width, kernel, kernel_init=kernel_init)(x))
       # SAME padding keeps odd sizes (e.g. 7x7 after one pool) from shrinking
       # to nothing on small inputs such as the 8x8 digits.
       x = nn.max_pool(x, (2,) * spatial, (2,) * spatial, padding="SAME")
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(self.dense_size)(x))
-    return nn.Dense(self.num_classes)(x)
+    x = nn.relu(nn.Dense(self.dense_size, kernel_init=kernel_init)(x))
+    return nn.Dense(self.num_classes, kernel_init=kernel_init)(x)
 
 
-def _mlp(num_classes, input_shape, hidden_sizes):
+def _mlp(num_classes, input_shape, hidden_sizes, initializer):
   del input_shape  # The MLP takes flat inputs of any width.
   if any(int(w) < 1 for w in hidden_sizes):
     raise ValueError(f"hidden_sizes must be positive, got {hidden_sizes}")
-  return MLP(tuple(int(w) for w in hidden_sizes), int(num_classes))
+  return MLP(tuple(int(w) for w in hidden_sizes), int(num_classes),
+             initializer)
 
 
-def _cnn(num_classes, input_shape, hidden_sizes):
+def _cnn(num_classes, input_shape, hidden_sizes, initializer):
   del hidden_sizes  # The CNN has its own fixed widths.
   if not 1 <= len(input_shape) <= 3:
     raise ValueError(f"input_shape must have rank 1 to 3 for the cnn, got "
                      f"{tuple(input_shape)}")
-  return CNN(int(num_classes), tuple(int(d) for d in input_shape))
+  return CNN(int(num_classes), tuple(int(d) for d in input_shape),
+             initializer=initializer)
 
 
 def _transformer(num_classes, input_shape, hidden_sizes):
@@ -131,6 +148,7 @@ def create_model(
     num_classes: int,
     input_shape: Sequence[int],
     hidden_sizes: Sequence[int] = PAPER_HIDDEN_SIZES,
+    initializer: str = "flax",
 ) -> nn.Module:
   """Builds a model by name.
 
@@ -145,14 +163,18 @@ def create_model(
       or `(seq_len,)` for the transformer
       (`agn_jax.transformer.create_transformer`'s other sizes).
     hidden_sizes: hidden widths of the MLP (ignored by the others).
+    initializer: how the parameters start, one of `INITIALIZERS`: either
+      for a model whose factory takes `initializer` (the mlp, the cnn), only
+      "flax" (the model's own) for another.
 
   Returns:
     The flax module. It takes a batch of the training inputs as the dataset
     holds them (`[B, D]` flat float32 for this package's datasets).
 
   Raises:
-    ValueError: one line: an unknown name, a bad size, or a factory that
-      raises or returns no flax module.
+    ValueError: one line: an unknown name, a bad size, an initializer the
+      model does not take, or a factory that raises or returns no flax
+      module.
 
   Example:
     >>> model = create_model("mlp", 10, (8, 8, 1), hidden_sizes=(32,))
@@ -160,10 +182,18 @@ def create_model(
     'MLP'
   """
   builder = names.lookup("model", name, _BUILDERS)
+  if initializer not in INITIALIZERS:
+    raise ValueError(f"initializer must be one of {', '.join(INITIALIZERS)}, "
+                     f"got {initializer!r}")
+  if initializer != "flax" and not {"initializer", "**"} & set(
+      names.parameters(builder)):
+    raise ValueError(f"--initializer={initializer} is for the mlp and the "
+                     f"cnn; model {name!r} takes no initializer")
   try:
     model = names.call_with(builder, num_classes=num_classes,
                             input_shape=tuple(input_shape),
-                            hidden_sizes=tuple(hidden_sizes))
+                            hidden_sizes=tuple(hidden_sizes),
+                            initializer=initializer)
   except Exception as e:  # pylint: disable=broad-except
     if name in _BUILDERS:
       raise  # This package's own say what is wrong in one line.

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agn_jax.strategies.keras_optimizers import keras_adagrad, keras_adam
+
 
 # The factories below and `make_*_optimizer` check the arguments they use,
 # as optax's do: they are public (`get_strategy`), and a caller without a
@@ -28,7 +30,8 @@ def check_positive(**values):
 
 
 # The local optimizers `--worker_optimizer` names.
-WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adagrad")
+WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adagrad",
+                     "keras_adam", "keras_adagrad")
 
 
 def make_worker_optimizer(name: str, learning_rate: float,
@@ -38,7 +41,11 @@ def make_worker_optimizer(name: str, learning_rate: float,
   `momentum` is heavy-ball momentum, `nesterov` Nesterov's (as optax
   writes it: on the look-ahead point, see `nesterov_anchor`); both use
   `momentum`. `adagrad` is optax's (initial accumulator 0.1), the
-  optimizer of dist-keras' workflow notebook.
+  optimizer of dist-keras' workflow notebook. `keras_adam` and
+  `keras_adagrad` are Keras 2.0's, what the thesis' dist-keras workers ran
+  (`agn_jax.strategies.keras_optimizers`: ε placed as Keras places it, and
+  Adagrad's accumulator from 0); Keras' SGD, with or without (Nesterov)
+  momentum, is optax's already.
   """
   check_positive(learning_rate=learning_rate)
   if name == "adam":
@@ -51,6 +58,10 @@ def make_worker_optimizer(name: str, learning_rate: float,
     return optax.sgd(learning_rate, momentum=momentum, nesterov=True)
   if name == "adagrad":
     return optax.adagrad(learning_rate)
+  if name == "keras_adam":
+    return keras_adam(learning_rate)
+  if name == "keras_adagrad":
+    return keras_adagrad(learning_rate)
   raise ValueError(f"worker_optimizer must be one of "
                    f"{', '.join(WORKER_OPTIMIZERS)}, got {name!r}")
 

@@ -11,8 +11,8 @@ Example:
   ...         if r.section == GRID})
   [(10, 10), (10, 40), (20, 15), (25, 25), (40, 10), (40, 20), (40, 40)]
   >>> [r.name for r in p.runs if r.section == DOWNPOUR][:3]
-  ['downpour-n10-l1-s0-adam0.001', 'downpour-n20-l1-s0-adam0.001', \
-'downpour-n10-l1-s0-adagrad0.01']
+  ['downpour-n10-l1-s0-keras_adam0.001', 'downpour-n20-l1-s0-keras_adam0.001', \
+'downpour-n10-l1-s0-keras_adagrad0.01']
 """
 
 import functools
@@ -41,10 +41,13 @@ MECHANISM = "mechanism"
 THESIS_ASSIGNMENT, THESIS_SPEEDS = "epoch_slices", "thesis"
 THESIS_SETTING = (f"--data_assignment={THESIS_ASSIGNMENT}",
                   f"--speed_model={THESIS_SPEEDS}")
-# DOWNPOUR's sweep: the thesis names no optimizer; Adam 1e-3 (its other
-# runs), Adagrad 1e-2 (dist-keras' workflow notebook) and plain SGD 1e-2
-# (Dean et al.'s DOWNPOUR without Adagrad).
-DOWNPOUR_OPTIMIZERS = (("adam", 1e-3), ("adagrad", 1e-2), ("sgd", 1e-2))
+# DOWNPOUR's sweep: the thesis names no optimizer; Keras' Adam 1e-3 (its
+# other runs) and Keras' Adagrad 1e-2 (dist-keras' workflow notebook), as
+# its dist-keras workers ran them; optax's Adam and Adagrad beside them (the
+# runs before Keras' were added: Adagrad's accumulator starts at 0.1 there,
+# at 0 in Keras), and plain SGD 1e-2 (Dean et al.'s DOWNPOUR without Adagrad).
+DOWNPOUR_OPTIMIZERS = (("keras_adam", 1e-3), ("keras_adagrad", 1e-2),
+                       ("adam", 1e-3), ("adagrad", 1e-2), ("sgd", 1e-2))
 # RQ1: AGN with its normalization on against off ("DOWNPOUR with
 # accumulation": the accumulated delta committed whole).
 NORMALIZED, UNNORMALIZED = "normalized", "unnormalized"

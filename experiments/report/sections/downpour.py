@@ -64,14 +64,17 @@ def thesis_pattern(found: Dict[int, List[str]]) -> Optional[bool]:
 
 
 def setting_text(variant: str) -> str:
-  """`adam0.001` -> "Adam 0.001"."""
+  """`adam0.001` -> "Adam 0.001", `keras_adam0.001` -> "Keras' Adam 0.001"."""
   for optimizer, lr in design.DOWNPOUR_OPTIMIZERS:
     if variant == design.downpour_variant(optimizer, lr):
       return f"{_NAMES.get(optimizer, optimizer)} {lr:g}"
   return variant or "Adam 0.001"
 
 
-_NAMES = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
+# Adam and Adagrad are optax's; Keras' start their moments and place epsilon
+# as Keras 2.0 did (agn_jax.strategies.keras_optimizers).
+_NAMES = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD",
+          "keras_adam": "Keras' Adam", "keras_adagrad": "Keras' Adagrad"}
 
 
 def render(ctx: Context) -> List[str]:
