@@ -11,8 +11,8 @@ Example:
   ...         if r.section == GRID})
   [(10, 10), (10, 40), (20, 15), (25, 25), (40, 10), (40, 20), (40, 40)]
   >>> [r.name for r in p.runs if r.section == DOWNPOUR][:3]
-  ['downpour-n10-l1-s0-keras_adam0.001', 'downpour-n20-l1-s0-keras_adam0.001', \
-'downpour-n10-l1-s0-keras_adagrad0.01']
+  ['downpour-n10-l1-s0-adam0.001', 'downpour-n20-l1-s0-adam0.001', \
+'downpour-n10-l1-s0-adagrad0.01']
 """
 
 import functools
@@ -41,13 +41,15 @@ MECHANISM = "mechanism"
 THESIS_ASSIGNMENT, THESIS_SPEEDS = "epoch_slices", "thesis"
 THESIS_SETTING = (f"--data_assignment={THESIS_ASSIGNMENT}",
                   f"--speed_model={THESIS_SPEEDS}")
-# DOWNPOUR's sweep: the thesis names no optimizer; Keras' Adam 1e-3 (its
-# other runs) and Keras' Adagrad 1e-2 (dist-keras' workflow notebook), as
-# its dist-keras workers ran them; optax's Adam and Adagrad beside them (the
-# runs before Keras' were added: Adagrad's accumulator starts at 0.1 there,
-# at 0 in Keras), and plain SGD 1e-2 (Dean et al.'s DOWNPOUR without Adagrad).
-DOWNPOUR_OPTIMIZERS = (("keras_adam", 1e-3), ("keras_adagrad", 1e-2),
-                       ("adam", 1e-3), ("adagrad", 1e-2), ("sgd", 1e-2))
+# DOWNPOUR's sweep: the thesis names no optimizer; Adam 1e-3 (its other
+# runs), Adagrad 1e-2 (dist-keras' workflow notebook) and plain SGD 1e-2
+# (Dean et al.'s DOWNPOUR without Adagrad).
+DOWNPOUR_OPTIMIZERS = (("adam", 1e-3), ("adagrad", 1e-2), ("sgd", 1e-2))
+# The refit's: Keras' Adam and Adagrad first, as the thesis' dist-keras
+# workers ran them (Keras' Adagrad starts its accumulator at 0, optax's at
+# 0.1), then optax's three as the cpu study ran them.
+KERAS_DOWNPOUR_OPTIMIZERS = (("keras_adam", 1e-3),
+                             ("keras_adagrad", 1e-2)) + DOWNPOUR_OPTIMIZERS
 # RQ1: AGN with its normalization on against off ("DOWNPOUR with
 # accumulation": the accumulated delta committed whole).
 NORMALIZED, UNNORMALIZED = "normalized", "unnormalized"
@@ -522,7 +524,10 @@ CPU_CELLS = ((40, 40), (10, 10), (10, 40), (25, 25), (40, 10), (40, 20),
 # per-worker traces (scripts/fit_cluster.py, committed before any run), with
 # the model and optimizers as Keras built them. The clock decides the cells
 # at n = 4λ and n = 2λ, so they run 3 seeds each, first.
-REFIT_SETTING = THESIS_SETTING
+# The model as the thesis' Keras 2.0 built it (glorot_uniform kernels, zero
+# biases, Keras' Adam): docs/reproducing.md, "As Keras built it".
+KERAS_MODEL = ("--initializer=keras", "--worker_optimizer=keras_adam")
+REFIT_SETTING = THESIS_SETTING + KERAS_MODEL
 REFIT_SEEDED_CELLS = ((40, 10), (40, 20))
 # A seed "recovers" when the mean of its last five evaluations of the
 # center's test accuracy is at least this: the thesis' (40, 10) curve ends
@@ -596,9 +601,10 @@ def preset(name: str) -> Preset:
         grid_flags=("--platform=gpu",),
         # Ten worker processes would share one GPU's memory: the ablation's
         # cell runs on the CPU, real processes and simulator alike.
-        ablation_flags=("--platform=cpu",),
+        ablation_flags=("--platform=cpu",), setting=REFIT_SETTING,
         extras=Extras(normalization=(10, (5, 10, 20), 5.0),
                       dynsgd_cells=((40, 40), (10, 10)),
+                      downpour_optimizers=KERAS_DOWNPOUR_OPTIMIZERS,
                       mechanism=PAPER_MECHANISM))
   if name == "cpu":
     return _grid_and_extras(
@@ -622,6 +628,7 @@ def preset(name: str) -> Preset:
         seeded_cells=REFIT_SEEDED_CELLS,
         extras=Extras(normalization=(10, (5, 10, 20), 5.0),
                       dynsgd_cells=((40, 40), (10, 10)),
+                      downpour_optimizers=KERAS_DOWNPOUR_OPTIMIZERS,
                       mechanism=CPU_MECHANISM))
   if name == "beyond":
     # pylint: disable=g-import-not-at-top

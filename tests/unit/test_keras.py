@@ -170,16 +170,23 @@ def test_flax_initializer_is_the_models_own():
 
 
 @pytest.mark.parametrize("flagfiles", [
-    ("paper_mnist_agn.flags",), ("paper_mnist_aeasgd.flags",),
-    ("report_paper.flags",), ("report_paper.flags", "report_downpour.flags")])
+    ("paper_mnist_agn.flags",), ("paper_mnist_aeasgd.flags",)])
 def test_the_paper_configurations_build_the_model_as_keras_did(flagfiles):
   flags = tuple(design.flagfile(f) for f in flagfiles)
   assert design.flag_value(flags, "initializer") == "keras"
   assert design.flag_value(flags, "worker_optimizer") == "keras_adam"
 
 
-def test_the_study_runs_keras_models_and_downpour_both_keras_optimizers():
+def test_the_cpu_study_keeps_the_model_its_committed_runs_had():
   p = design.preset("cpu")
+  for run in p.runs:
+    assert design.flag_value(run.argv(), "initializer") in (None, "flax")
+    assert not str(design.flag_value(run.argv(), "worker_optimizer")
+                   ).startswith("keras")
+
+
+def test_the_study_runs_keras_models_and_downpour_both_keras_optimizers():
+  p = design.preset("refit")
   grid = [r for r in p.runs if r.section == design.GRID]
   for run in (grid[0], grid[-1]):
     assert design.flag_value(run.argv(), "initializer") == "keras"

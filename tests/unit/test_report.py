@@ -76,14 +76,11 @@ def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
   downpour = p.section_runs(design.DOWNPOUR)
   assert sorted((r.variant, r.num_workers, r.communication_window, r.epochs)
                 for r in downpour) == [
-      (v, n, 1, 5.0) for v in ("adagrad0.01", "adam0.001",
-                               "keras_adagrad0.01", "keras_adam0.001",
-                               "sgd0.01")
+      (v, n, 1, 5.0) for v in ("adagrad0.01", "adam0.001", "sgd0.01")
       for n in (10, 20)]
   parsed = design._parsed(downpour[2].argv())
   assert (parsed.strategy, parsed.worker_optimizer, parsed.learning_rate,
-          parsed.speed_model, parsed.initializer) == (
-              "downpour", "keras_adagrad", 0.01, "thesis", "keras")
+          parsed.speed_model) == ("downpour", "adagrad", 0.01, "thesis")
   # RQ1: AGN normalized and not at n = 10, λ ∈ {5, 10, 20}, 5 epochs.
   norm = p.section_runs(design.NORMALIZATION)
   assert sorted((r.communication_window, r.variant,
@@ -114,12 +111,12 @@ def test_cpu_preset_is_the_issue_s_study_at_the_paper_s_budget():
   assert backends["processes"] == "processes"
   assert backends["round_robin"] == backends["random"] == "simulated"
   # Samples by hand: 18 grid, 10 sensitivity and 2 DynSGD runs of 2.4 M;
-  # DOWNPOUR 10 and RQ1 6 runs of 5 epochs; six ablation runs and DiLoCo's
+  # DOWNPOUR 6 and RQ1 6 runs of 5 epochs; six ablation runs and DiLoCo's
   # one of 10 epochs; five gap runs of 5; 18 mechanism runs of 5.
   from experiments.report import main
   cost = design.cost(p, main.CPU_SECONDS_PER_SAMPLE)
-  assert cost["runs"] == 18 + 10 + 2 + 10 + 6 + 6 + 1 + 5 + 18
-  assert cost["samples"] == pytest.approx(30 * 2.4e6 + 16 * 0.3e6 +
+  assert cost["runs"] == 18 + 10 + 2 + 6 + 6 + 6 + 1 + 5 + 18
+  assert cost["samples"] == pytest.approx(30 * 2.4e6 + 12 * 0.3e6 +
                                           7 * 0.6e6 + 5 * 0.3e6 +
                                           18 * 0.3e6)
   # At the committed study's rate: its 3–4 hours and the mechanism's hour.
@@ -146,8 +143,7 @@ def test_cpu_mechanism_runs_are_rq2_and_rq4_s_design():
     # Only the commit order differs between the two settings.
     assert v.data_assignment == "epoch_slices" and v.dataset == "mnist"
     assert v.diagnostics and not v.checkpoints and v.epochs == 5.0
-    # Keras' Adam (report_paper.flags) at the strategy's 1e-3.
-    assert v.worker_optimizer == "keras_adam" and v.learning_rate is None
+    assert v.worker_optimizer is None and v.learning_rate is None  # Adam 1e-3.
     # A gradient-cosine probe every 50 local steps, whatever λ.
     assert v.diagnostics_every * v.communication_window == 50
   # n = 40 at λ = 10: 60,000 × 5 / (128 × 40) = 58 steps, 5 windows.

@@ -65,7 +65,7 @@ def thesis_pattern(found: Dict[int, List[str]]) -> Optional[bool]:
 
 def setting_text(variant: str) -> str:
   """`adam0.001` -> "Adam 0.001", `keras_adam0.001` -> "Keras' Adam 0.001"."""
-  for optimizer, lr in design.DOWNPOUR_OPTIMIZERS:
+  for optimizer, lr in design.KERAS_DOWNPOUR_OPTIMIZERS:
     if variant == design.downpour_variant(optimizer, lr):
       return f"{_NAMES.get(optimizer, optimizer)} {lr:g}"
   return variant or "Adam 0.001"
