@@ -59,7 +59,7 @@ def paper_default_words(name: str) -> str:
 
   Example:
     >>> paper_default_words("normalization")
-    "the strategy's paper default (window for agn, adag; none for downpour, dynsgd, aeasgd, eamsgd)"
+    "the strategy's paper default (window for agn, adag; none for downpour, dynsgd, aeasgd, eamsgd, sync_data_parallel, diloco)"
   """
   strategies = _strategies()
   groups: Dict[Any, list] = {}
@@ -94,9 +94,9 @@ class TrainConfig:
   `--helpfull` does), `accepts(name)` what it takes, and `fields_where`
   lists the settings that share a role.
 
-  Six strategy settings (`worker_optimizer`, `learning_rate`, `momentum`,
-  `rho`, `elastic_learning_rate`, `normalization`) may be left None: the
-  strategy's paper default then applies (`resolved`).
+  Seven strategy settings (`worker_optimizer`, `learning_rate`, `momentum`,
+  `rho`, `elastic_learning_rate`, `normalization`, `server_optimizer`) may
+  be left None: the strategy's paper default then applies (`resolved`).
 
   A config is checked once, by `validate`, which the CLI and `train()` call
   before anything starts. Only a backend's own options are accepted:
@@ -228,12 +228,13 @@ class TrainConfig:
           "have none to choose", "normalization")(),
       choices=_names("agn_jax.transform", "NORMALIZATIONS"), strategy=True,
       generic_default="none", cost=True)
-  server_optimizer: str = setting(
-      "none", "Outer optimizer applied to the committed deltas (DiLoCo's: "
-      "nesterov with the default --server_learning_rate and "
-      "--server_momentum).",
+  server_optimizer: Optional[str] = setting(
+      None, _with_paper_default(
+          "Outer optimizer applied to the committed deltas (DiLoCo's: "
+          "nesterov with the default --server_learning_rate and "
+          "--server_momentum)", "server_optimizer"),
       choices=_names("agn_jax.strategies", "SERVER_OPTIMIZERS"),
-      strategy=True, resume_fixed=True, cost=True)
+      strategy=True, generic_default="none", resume_fixed=True, cost=True)
   server_learning_rate: float = setting(
       0.7, lambda: "Learning rate of the server optimizer (read by "
       f"{_server_optimizers_using('server_learning_rate')}).",
@@ -366,8 +367,8 @@ class TrainConfig:
     """A copy whose strategy-specific fields left at None hold the values used.
 
     Each None among `worker_optimizer`, `learning_rate`, `momentum`, `rho`,
-    `elastic_learning_rate` and `normalization` takes the strategy's paper
-    default (`agn_jax.strategies.paper_defaults`), else `GENERIC_DEFAULTS`.
+    `elastic_learning_rate`, `normalization` and `server_optimizer` takes
+    the strategy's paper default (`agn_jax.strategies.paper_defaults`), else `GENERIC_DEFAULTS`.
     Values already set are kept, so resolving twice changes nothing.
 
     Raises:
@@ -688,6 +689,9 @@ def _check_strategy_fit(config: TrainConfig) -> None:
                        f"strategies ({', '.join(strategies.available())}), "
                        f"whose windows it knows how to shorten; got "
                        f"{name!r}")
+  error = strategies.synchronous.fit_error(config)
+  if error:
+    raise ValueError(error)
   if "normalization" not in strategies.parameters(name):
     own = strategies.paper_defaults(name).get(
         "normalization", GENERIC_DEFAULTS["normalization"])

@@ -111,6 +111,10 @@ class RoundRecords(NamedTuple):
       commit's instruments in commit order, the names
       `agn_jax.instruments.SCALARS` and `gradient_cosine` (NaN for a
       rejected commit, and the gradient cosine but every k-th); else None.
+    pulled_clock: [n] the clock of the center each commit's worker pulled,
+      in commit order, where commits are not applied one at a time (a
+      synchronous round, `agn_jax.sim.synchronous`); None: each commit's
+      `clock − 1 − staleness` (as rejected: `clock − staleness`).
   """
   clock: Any
   staleness: Any
@@ -119,6 +123,7 @@ class RoundRecords(NamedTuple):
   rejected: Any
   step_metrics: Any
   instruments: Any = None
+  pulled_clock: Any = None
 
 
 class DiagnosticsCarry(NamedTuple):
@@ -359,50 +364,28 @@ def _when(pred, fn, state):
 
   return jax.lax.cond(pred, run, skip, state)
 
-@kept
-def build_round(strategy, loss_fn, *, mesh, num_workers: int,
-                workers_per_call: int, keeps_pulled: bool,
-                dynamic_local_updates: bool,
-                diagnostics: instruments_lib.Diagnostics = None,
-                step_metric: Optional[str] = "accuracy"):
-  """One round, jitted: `round_fn(workers, center, server, indices, ...)`.
+def build_windows(strategy, loss_fn, workers_per_call: int,
+                  dynamic_local_updates: bool,
+                  step_metric: Optional[str] = "accuracy"):
+  """`windows(workers, indices, due, lengths, x, y)`: every due worker's window, for a round (traceable).
 
-  Its arguments: the stacked workers, the center, the server state, each
-  worker's sample indices, whether it is due and its window's steps, the
-  round's commit order and count, and the training data; with
-  `diagnostics`, also the `DiagnosticsCarry` and the probe set `(x, y)`.
-
-  Every due worker's window (`map_in_place`, `workers_per_call` at a time on
-  each device), then the round's `num_commits` commits in `order` through
-  the strategy's half-steps (see the module docstring).
+  Each due worker runs its window with the window kernel
+  (`map_in_place`, `workers_per_call` at a time); the others pass through
+  unchanged. It returns `(workers, loss, means, steps)`: the stacked
+  workers, and by worker the window's mean loss, its means of the loss's
+  other metrics and each step's value of `step_metric`
+  (`RoundRecords`' `loss`, `metrics` and `step_metrics`).
 
   Args:
     strategy: the `Strategy`.
     loss_fn: `loss_fn(params, (x, y)) -> (loss, aux)`.
-    mesh: the `workers` mesh; the stacked workers are sharded over it.
-    num_workers: n.
-    workers_per_call: k, per device.
-    keeps_pulled: the workers keep the center they pulled (`Workers.pulled`).
+    workers_per_call: k.
     dynamic_local_updates: windows may be shorter than λ (`lengths`).
-    diagnostics: None, or the `agn_jax.instruments.Diagnostics` that measure each applied
-      commit (`agn_jax.instruments.commit_instruments`: `Δ` is the payload's
-      decoded `delta` as sent, the pulled center the one its worker last
-      received) and every k-th its gradient cosine on the probe set. None
-      traces the round exactly as without instruments.
-    step_metric: the metric whose every local step's value the records keep
-      (`RoundRecords.step_metrics`; the task's efficiency metric), if the
-      loss reports it.
-
-  Returns:
-    The jitted round; it returns `(workers, center, server, records)`
-    (`RoundRecords`), the first three donated; with `diagnostics`, also the
-    new `DiagnosticsCarry` (donated too).
+    step_metric: the metric whose every local step's value is kept.
   """
   kernel = kernel_lib.window_kernel(loss_fn, strategy.worker_transform,
                                     donate=False)
   k = workers_per_call
-  sharded = mesh.size > 1
-  per_device = num_workers // mesh.size
   dynamic = dynamic_local_updates
 
   def windows(workers, indices, due, lengths, x, y):
@@ -442,6 +425,58 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
     workers, (loss, means, steps) = map_in_place(
         one, workers, (indices, due, lengths), batch_size=k)
     return workers, loss, means, steps
+
+  return windows
+
+
+def gather_workers(tree):
+  """`tree`'s per-worker leaves of this device's workers, all-gathered into every worker's (inside `shard_map`)."""
+  return jax.tree.map(lambda a: jax.lax.all_gather(a, AXIS, tiled=True), tree)
+
+
+@kept
+def build_round(strategy, loss_fn, *, mesh, num_workers: int,
+                workers_per_call: int, keeps_pulled: bool,
+                dynamic_local_updates: bool,
+                diagnostics: instruments_lib.Diagnostics = None,
+                step_metric: Optional[str] = "accuracy"):
+  """One round, jitted: `round_fn(workers, center, server, indices, ...)`.
+
+  Its arguments: the stacked workers, the center, the server state, each
+  worker's sample indices, whether it is due and its window's steps, the
+  round's commit order and count, and the training data; with
+  `diagnostics`, also the `DiagnosticsCarry` and the probe set `(x, y)`.
+
+  Every due worker's window (`map_in_place`, `workers_per_call` at a time on
+  each device), then the round's `num_commits` commits in `order` through
+  the strategy's half-steps (see the module docstring).
+
+  Args:
+    strategy: the `Strategy`.
+    loss_fn: `loss_fn(params, (x, y)) -> (loss, aux)`.
+    mesh: the `workers` mesh; the stacked workers are sharded over it.
+    num_workers: n.
+    workers_per_call: k, per device.
+    keeps_pulled: the workers keep the center they pulled (`Workers.pulled`).
+    dynamic_local_updates: windows may be shorter than λ (`lengths`).
+    diagnostics: None, or the `agn_jax.instruments.Diagnostics` that measure each applied
+      commit (`agn_jax.instruments.commit_instruments`: `Δ` is the payload's
+      decoded `delta` as sent, the pulled center the one its worker last
+      received) and every k-th its gradient cosine on the probe set. None
+      traces the round exactly as without instruments.
+    step_metric: the metric whose every local step's value the records keep
+      (`RoundRecords.step_metrics`; the task's efficiency metric), if the
+      loss reports it.
+
+  Returns:
+    The jitted round; it returns `(workers, center, server, records)`
+    (`RoundRecords`), the first three donated; with `diagnostics`, also the
+    new `DiagnosticsCarry` (donated too).
+  """
+  windows = build_windows(strategy, loss_fn, workers_per_call,
+                          dynamic_local_updates, step_metric)
+  sharded = mesh.size > 1
+  per_device = num_workers // mesh.size
 
   def take(workers, worker):
     """Worker `worker`'s state, on every device."""
@@ -541,9 +576,7 @@ def build_round(strategy, loss_fn, *, mesh, num_workers: int,
     workers, loss, means, steps = windows(workers, indices, due, lengths,
                                           x, y)
     if sharded:
-      loss = jax.lax.all_gather(loss, AXIS, tiled=True)
-      means, steps = jax.tree.map(
-          lambda a: jax.lax.all_gather(a, AXIS, tiled=True), (means, steps))
+      loss, means, steps = gather_workers((loss, means, steps))
     slots = order.shape[0]
     rec = {"order": order,
            "clock": jnp.zeros(slots, jnp.int32),

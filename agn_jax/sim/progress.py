@@ -103,8 +103,10 @@ class Progress:
       if measuring is not None and not rejected[i]:
         measured = measuring.of_commit(out.instruments, i, int(clock[i]))
       applied = 0 if rejected[i] else 1
+      pulled = (int(clock[i]) - applied - int(staleness[i])
+                if out.pulled_clock is None else int(out.pulled_clock[i]))
       meta = wire.CommitMeta(
-          worker=k, clock=int(clock[i]) - applied - int(staleness[i]),
+          worker=k, clock=pulled,
           loss=ran.loss, metrics=ran.metrics, time=float(c.window_end),
           window_start=float(c.window_start),
           step_metrics=ran.step_metrics, local_updates=ran.local_updates)

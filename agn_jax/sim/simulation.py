@@ -22,7 +22,8 @@ one (a slow worker's, while a fast one commits twice): every window whose
 center exists runs in the same mapped call.
 
 The speed models are `agn_jax.sim.speeds`; a given commit order can be
-replayed too (`commit_order`: a sequence of workers, or of rounds).
+replayed too (`commit_order`: a sequence of workers, or of rounds). A
+synchronous strategy's rounds are `agn_jax.sim.synchronous`'s.
 
 **Dynamic Local Updates** (`--dynamic_local_updates`, Liu, Douillard et al.
 2024): worker k's windows are `λ_k = λ s_k / max_j s_j` steps
@@ -65,7 +66,7 @@ from agn_jax.config import SimulatedOptions
 from agn_jax.shares import (Windows, local_updates,
                             shard_bounds, windows_per_worker)
 from agn_jax.sim import clock as clock_lib
-from agn_jax.sim import engine
+from agn_jax.sim import engine, synchronous
 from agn_jax.sim.measuring import Measuring
 from agn_jax.sim.progress import Progress
 from agn_jax.sim.schedule import (EventSchedule, Handled, ReplaySchedule,
@@ -171,6 +172,10 @@ class Simulation:
           f"{time_model.communication_window}, pull_before_commit="
           f"{time_model.pull_before_commit}; the simulation has {n}"
           f", {lam}, {strategy.pull_before_commit}")
+    if strategy.synchronous:
+      synchronous.check_simulation(
+          commit_order=commit_order, data_assignment=data_assignment,
+          dynamic_local_updates=dynamic_local_updates, diagnostics=diagnostics)
     self.strategy = strategy
     self.num_workers = n
     self.communication_window = lam
@@ -202,7 +207,9 @@ class Simulation:
       # Every share together, handed out by the clock (`EventSchedule`).
       self._stream = shares.Stream(len(x_train), batch_size, seed)
       tickets = shares.Tickets(n * self.windows.share_steps)
-    if commit_order is not None:
+    if strategy.synchronous:
+      self._schedule = synchronous.RoundSchedule(time_model, self.windows)
+    elif commit_order is not None:
       self._schedule = ReplaySchedule(commit_order, n, self.windows)
     else:
       self._schedule = EventSchedule(time_model, self.windows, tickets)
@@ -340,7 +347,9 @@ class Simulation:
           num_params=self.layout.num_params, x_train=x_train,
           y_train=y_train, center=self._center, num_workers=n,
           replicated=self._replicated)
-    self._round_fn = engine.build_round(
+    build_round = (synchronous.build_round if strategy.synchronous else
+                   engine.build_round)
+    self._round_fn = build_round(
         strategy, loss_fn, mesh=self.mesh, num_workers=n,
         workers_per_call=self.workers_per_call,
         keeps_pulled=self._keeps_pulled,
@@ -440,6 +449,7 @@ class Simulation:
       max_commits: end the round after this many commits at most (e.g. to
         evaluate the center after a given commit). Where rounds end changes
         nothing in the result, only how the commits are grouped into calls.
+        A synchronous strategy's round is whole whatever it says.
 
     Returns:
       The round's `Handled`s; `[]` once `done`.
@@ -458,7 +468,8 @@ class Simulation:
     due = np.array([progress.pending[k] is None and
                     progress.windows_run[k] < self._window_count(k)
                     for k in range(n)])
-    plan = self._plan(max_commits)
+    # A synchronous round is never cut: its commits are applied together.
+    plan = self._plan(None if self.strategy.synchronous else max_commits)
     if not plan:
       return []
     # A window of fewer than λ steps (Dynamic Local Updates) takes only its

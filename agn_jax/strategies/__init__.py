@@ -12,6 +12,9 @@ written outside this package: `check_name`) and only calls its half-steps
   `paper_defaults`) and their factories.
 * `optimizers`: the local and server optimizers the config names
   (`make_worker_optimizer`, `make_server_optimizer`, `delayed_nesterov`).
+* `synchronous`: the strategies that run in synchronous rounds
+  (sync_data_parallel, diloco) and their round's exchange
+  (`synchronous_exchange`).
 
 Example:
   >>> from agn_jax import strategies
@@ -43,17 +46,25 @@ from agn_jax.strategies.registry import (_PAPER_DEFAULTS, _REGISTRY,
                                          eamsgd_strategy, get_strategy,
                                          paper_defaults, parameters,
                                          register)
+from agn_jax.strategies.synchronous import (LastGradient, SynchronousRound,
+                                            diloco_strategy, hold_gradient,
+                                            is_synchronous,
+                                            sync_data_parallel_strategy,
+                                            synchronous_exchange)
 
 __all__ = [
-    "DelayedNesterovState", "Exchange", "Payload", "ResidualWorkerState",
-    "SERVER_OPTIMIZERS", "SERVER_OPTIMIZER_SETTINGS", "ServerRule",
-    "ServerState", "Strategy", "WORKER_OPTIMIZERS", "WorkerState",
-    "adag_increment", "adag_strategy", "add_increment", "aeasgd_strategy",
-    "agn_strategy", "available", "check_name", "check_positive",
-    "delayed_nesterov", "delta_and_center_commit", "delta_commit",
+    "DelayedNesterovState", "Exchange", "LastGradient", "Payload",
+    "ResidualWorkerState", "SERVER_OPTIMIZERS", "SERVER_OPTIMIZER_SETTINGS",
+    "ServerRule", "ServerState", "Strategy", "SynchronousRound",
+    "WORKER_OPTIMIZERS", "WorkerState", "adag_increment", "adag_strategy",
+    "add_increment", "aeasgd_strategy", "agn_strategy", "available",
+    "check_name", "check_positive", "delayed_nesterov",
+    "delta_and_center_commit", "delta_commit", "diloco_strategy",
     "downpour_strategy", "dynsgd_increment", "dynsgd_strategy",
     "eamsgd_strategy", "elastic_commit", "exchange", "get_strategy",
-    "keep_pull", "make_server_optimizer", "make_worker_optimizer",
-    "nesterov_anchor", "paper_defaults", "parameters", "reanchor_pull",
-    "register", "server_optimizers_using", "server_rule", "with_compression",
+    "hold_gradient", "is_synchronous", "keep_pull", "make_server_optimizer",
+    "make_worker_optimizer", "nesterov_anchor", "paper_defaults",
+    "parameters", "reanchor_pull", "register", "server_optimizers_using",
+    "server_rule", "sync_data_parallel_strategy", "synchronous_exchange",
+    "with_compression",
 ]

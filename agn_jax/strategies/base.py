@@ -312,6 +312,12 @@ class Strategy:
       in `ResidualWorkerState.residual`; `server_apply` decodes before the
       rule.
       Any other payload entry (adag's `stale_center`) travels as it is.
+    synchronous: False (every strategy of the paper): the server applies
+      each commit as it arrives. True (`agn_jax.strategies.synchronous`:
+      sync_data_parallel, diloco): the workers run in rounds from one
+      center and the server applies the mean of a round's commits in one
+      step of its rule (`synchronous_exchange`), on the simulated backend
+      only.
 
   Example:
     >>> import jax.numpy as jnp, optax
@@ -344,6 +350,7 @@ class Strategy:
   pull_fn: Callable[..., Tuple[Any, Any]]
   compression: Optional[compression_lib.Codec] = None
   commit_reads_center: bool = True
+  synchronous: bool = False
 
   def init_worker(self, center) -> WorkerState:
     """A worker's state at a center it pulled first: a fresh start there (a zero residual)."""

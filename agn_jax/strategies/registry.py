@@ -70,7 +70,7 @@ def check_name(name: str) -> None:
     >>> check_name("sgdx")
     Traceback (most recent call last):
     ...
-    ValueError: unknown strategy 'sgdx'; available: agn, downpour, dynsgd, adag, aeasgd, eamsgd, or package.module:function
+    ValueError: unknown strategy 'sgdx'; available: agn, downpour, dynsgd, adag, aeasgd, eamsgd, sync_data_parallel, diloco, or package.module:function
   """
   _factory(name)
 
@@ -127,8 +127,10 @@ def get_strategy(name: str, **kwargs) -> Strategy:
   """Builds the strategy `name` names.
 
   Args:
-    name: one of `available()`: agn, downpour, aeasgd, eamsgd, dynsgd, adag;
-      or a strategy outside this package, `"package.module:function"`
+    name: one of `available()`: agn, downpour, aeasgd, eamsgd, dynsgd, adag,
+      the synchronous sync_data_parallel and diloco
+      (`agn_jax.strategies.synchronous`); or a strategy outside this
+      package, `"package.module:function"`
       (`check_name`).
     **kwargs: the factory's arguments (`parameters(name)`), e.g.
       `communication_window`, `inner` (the local optimizer; each strategy has

@@ -162,4 +162,9 @@ def test_the_strategy_own_normalization_is_accepted():
 
 def test_every_registered_strategy_builds_from_a_default_config():
   for name in strategies.available():
-    assert build.build_strategy(TrainConfig(strategy=name)).name == name
+    # A synchronous strategy runs on the simulator, with its own window.
+    settings = (dict(backend="simulated", communication_window=(
+        strategies.get_strategy(name).communication_window))
+                if strategies.is_synchronous(name) else {})
+    assert build.build_strategy(TrainConfig(strategy=name,
+                                            **settings)).name == name

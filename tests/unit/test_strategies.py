@@ -297,7 +297,8 @@ class RegistryTest(parameterized.TestCase):
   def test_all_paper_strategies(self):
     self.assertEqual(
         set(strategies.available()),
-        {"agn", "downpour", "aeasgd", "eamsgd", "dynsgd", "adag"})
+        {"agn", "downpour", "aeasgd", "eamsgd", "dynsgd", "adag",
+         "sync_data_parallel", "diloco"})
 
   @parameterized.parameters(
       ("agn", ("delta",)), ("adag", ("delta", "stale_center")))

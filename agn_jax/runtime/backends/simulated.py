@@ -281,6 +281,8 @@ class SimulatedBackend(backend_lib.Backend):
     meta = sim.state()["meta"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     self.book.extra_summary["peak_rss_mb"] = peak
+    if sim.strategy.synchronous:  # Each round applied its commits together.
+      self.book.extra_summary["simulation"]["rounds"] = meta["round"]
     for k, windows in enumerate(meta["windows_done"]):
       self.book.handle(ev.WorkerDone(
           k, windows, sim.steps_done(k) * config.batch_size, sim.traffic(k)))
