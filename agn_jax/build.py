@@ -7,7 +7,7 @@ process builds exactly the same thing from the same config.
 import jax
 import numpy as np
 
-from agn_jax import compression, models, strategies, tasks
+from agn_jax import compression, models, names, strategies, tasks
 from agn_jax.config import TrainConfig
 from agn_jax.data.dataset import Example, example_of
 from agn_jax.kept import kept
@@ -102,12 +102,14 @@ def _model(name, num_classes, input_shape, hidden_sizes, task, initializer):
 
 def check_fit(config: TrainConfig, model, loss_fn, dataset,
               params=None) -> None:
-  """Raises `ValueError` (one line) unless the task's loss reads the model's outputs on the dataset's examples.
+  """Raises `ValueError` (one line) unless the task's loss reads the model's outputs on the dataset's examples, and gives what the workers need.
 
   Shapes only (`jax.eval_shape`), nothing is computed: a model whose
   outputs the loss cannot take with the dataset's targets (a classifier's
-  logits against a language model's `[N, T]` targets) ends the run before
-  it starts, not inside a worker.
+  logits against a language model's `[N, T]` targets), a model with no
+  parameters, or a loss that returns no scalar loss or no scalar metric
+  per name the task declares, ends the run before it starts, the same on
+  every backend, not inside a worker.
 
   Args:
     config: the run's config (names the parts for the message).
@@ -120,9 +122,13 @@ def check_fit(config: TrainConfig, model, loss_fn, dataset,
   if params is None:
     params = jax.eval_shape(
         lambda: init_params(config, model, example_of(dataset.x_train)))
+  if not jax.tree.leaves(params):
+    raise ValueError(f"--model={config.model} has no parameters: "
+                     f"{type(model).__name__} declares none, so there is "
+                     "nothing to train")
   x, y = dataset.x_train[:1], dataset.y_train[:1]
   try:
-    jax.eval_shape(loss_fn, params, (x, y))
+    out = jax.eval_shape(loss_fn, params, (x, y))
   except Exception as e:  # pylint: disable=broad-except
     said = str(e).splitlines()[0] if str(e) else ""
     outputs = jax.tree.map(lambda a: a.shape, jax.eval_shape(model.apply,
@@ -133,6 +139,24 @@ def check_fit(config: TrainConfig, model, loss_fn, dataset,
         f"gives outputs of shape {outputs} and the targets have shape "
         f"{y.shape}; the loss raised {type(e).__name__}"
         + (f": {said}" if said else "")) from None
+  _check_loss_values(config, out)
+
+
+def _check_loss_values(config: TrainConfig, out) -> None:
+  """Raises `ValueError` (one line) unless `out`, the loss's result's shapes, is `(scalar loss, {metric: scalar})` with the task's metric names."""
+  task = build_task(config)
+  said = f"--task={config.task}: its loss function {names.where(task.loss)}"
+  if not (isinstance(out, tuple) and len(out) == 2 and
+          isinstance(out[1], dict)):
+    raise ValueError(f"{said} returns {type(out).__name__}, not (loss, "
+                     "{metric: value})")
+  task.check_reported(out[1], "loss")
+  for key, value in {tasks.LOSS: out[0], **out[1]}.items():
+    shape = getattr(value, "shape", None)
+    if shape != ():
+      raise ValueError(
+          f"{said} returns {key} of shape {shape} on a batch of one example, "
+          "not a scalar (a mean over the batch)")
 
 
 def init_params(config: TrainConfig, model, example):

@@ -64,6 +64,13 @@ class CheckpointError(ValueError):
 class RayStartError(RuntimeError):
   """The local Ray instance could not start."""
 
+
+class DataMismatch(RuntimeError):
+  """A part of the run loaded other data than the driver (a loader that is not deterministic).
+
+  Fatal, as `Diverged`: a restarted part would load other data again.
+  """
+
 # A worker whose commits the server rejects (a non-finite number) this many
 # times in a row, each time from a fresh start at the center, fails the run:
 # restarting it again would not help.

@@ -241,6 +241,55 @@ def thesis_efficiency(
                              higher_is_better=higher_is_better)
 
 
+def non_finite_final(summary: Dict[str, object]) -> Optional[str]:
+  """Why a run's final evaluation is no result (one line), or None: its test loss and every task metric are finite.
+
+  A non-finite final test loss means the center diverged. A metric that is
+  not finite while the loss is (`final_test_<name>` of a task's metric,
+  beside a finite `final_test_loss`) means the task's metric failed on a
+  sound center (a division by zero, say): the line names the metric and
+  the task and does not call it divergence. Either way the run is no
+  result (its outcome is failed; its files are kept): E and the report read
+  the metrics, and a NaN would make every comparison with the run NaN.
+
+  Args:
+    summary: the run's summary: `final_test_loss`, `final_test_<name>`,
+      `metrics` (`{name: goal}`; classification's `accuracy` where absent)
+      and `task`.
+
+  Example:
+    >>> non_finite_final(dict(final_test_loss=0.5, final_test_accuracy=0.9))
+    >>> non_finite_final(dict(final_test_loss=float("nan")))
+    "the final center's test loss is nan: the center diverged (lower --learning_rate or --server_learning_rate?)"
+    >>> non_finite_final(dict(final_test_loss=0.5, task="t",
+    ...                       metrics={"mae": "min"}, final_test_mae=float("nan")))
+    "the final center's test mae is nan while its test loss is 0.5: the metric 'mae' of --task=t is not finite on a center whose loss is (the metric's computation, not the training, failed)"
+  """
+  named = summary.get("metrics")
+  named = list(named) if isinstance(named, dict) else ["accuracy"]
+  loss = summary.get("final_test_loss")
+  if loss is not None and not is_finite_number(loss):
+    return (f"the final center's test loss is {loss}: the center diverged "
+            "(lower --learning_rate or --server_learning_rate?)")
+  for name in named:
+    value = summary.get(f"final_test_{name}")
+    if value is not None and not is_finite_number(value):
+      if loss is None:
+        return (f"the final center's test {name} is {value}: the center "
+                "diverged (lower --learning_rate or --server_learning_rate?)")
+      return (f"the final center's test {name} is {value} while its test "
+              f"loss is {loss:.6g}: the metric {name!r} of "
+              f"--task={summary.get('task', 'classification')} is not finite "
+              "on a center whose loss is (the metric's computation, not the "
+              "training, failed)")
+  return None
+
+
+def is_finite_number(value) -> bool:
+  """Whether `value` (read from a summary) is a finite int or float."""
+  return isinstance(value, (int, float)) and math.isfinite(value)
+
+
 CONVERGENCE_RULE = (
     "diverged: non-finite, or the center's test accuracy fell from its peak "
     "to chance + 5 points or below and stayed there to the end; converged: "

@@ -64,11 +64,12 @@ def lookup(kind: str, name: str, registry: Mapping[str, Any]) -> Callable:
       found = getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as e:
       raise ValueError(f"{kind} {name!r} cannot be imported: {e}") from None
-    except Exception as e:  # pylint: disable=broad-except
+    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
       # The user's module failed while it was imported (a syntax error, a
-      # failing top-level statement): say so in one line.
-      raise ValueError(f"{kind} {name!r} cannot be imported: "
-                       f"{type(e).__name__}: {e}") from None
+      # failing top-level statement, a `sys.exit()` that would end the run
+      # without a word): say so in one line.
+      raise ValueError(f"{kind} {name!r} cannot be imported: module "
+                       f"{module!r} {what_raised(e)}") from None
     if callable(found):
       return found
   raise ValueError(f"unknown {kind} {name!r}; available: "
@@ -114,6 +115,28 @@ def raised(kind: str, name: str, error: BaseException) -> str:
     >>> raised("dataset", "my.data:load", TypeError("load() takes no size"))
     "dataset 'my.data:load': its function raised TypeError: load() takes no size"
   """
+  return f"{kind} {name!r}: its function {what_raised(error)}"
+
+
+def what_raised(error: BaseException) -> str:
+  """What `error` says of the code that raised it, one line: `raised T: first line`, or `called sys.exit(code)`.
+
+  Example:
+    >>> what_raised(SystemExit(3)), what_raised(KeyError("k"))
+    ('called sys.exit(3)', "raised KeyError: 'k'")
+  """
+  if isinstance(error, SystemExit):
+    return f"called sys.exit({error.code!r})"
   said = str(error).splitlines()[0] if str(error) else ""
-  return (f"{kind} {name!r}: its function raised {type(error).__name__}"
-          + (f": {said}" if said else ""))
+  return f"raised {type(error).__name__}" + (f": {said}" if said else "")
+
+
+def where(fn: Callable) -> str:
+  """Where a function lives, `"package.module:function"` (its qualified name), for messages.
+
+  Example:
+    >>> where(parameters)
+    'agn_jax.names:parameters'
+  """
+  return (f"{getattr(fn, '__module__', None) or '?'}:"
+          f"{getattr(fn, '__qualname__', None) or type(fn).__name__}")

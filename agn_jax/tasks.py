@@ -31,6 +31,8 @@ import functools
 import re
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
+import numpy as np
+
 from agn_jax import names
 
 Params = Any
@@ -90,6 +92,10 @@ class Task(NamedTuple):
       over a whole split, as floats; None: `mean_over_batches` of
       `loss(apply_fn)`, which is exact for metrics that are means over
       examples.
+    class_targets: whether the loss reads the targets as class indices
+      (classification's labels, next_token's tokens): every split's are
+      then checked at load to be integers in `[0, num_classes)`
+      (`agn_jax.data.check_dataset`). False: targets of any value.
 
   Example:
     >>> import jax.numpy as jnp
@@ -107,6 +113,7 @@ class Task(NamedTuple):
   metrics: Tuple[Metric, ...] = ()
   efficiency_metric: str = LOSS
   evaluate: Optional[Evaluate] = None
+  class_targets: bool = False
 
   def metric_names(self) -> Tuple[str, ...]:
     """The names of `metrics`, sorted: the order rows and transports carry them in (a jitted dict's)."""
@@ -138,6 +145,9 @@ class Task(NamedTuple):
     if self.evaluate is not None and not callable(self.evaluate):
       raise ValueError(f"task {self.name!r}: evaluate must be a function or "
                        f"None, got {self.evaluate!r}")
+    if not isinstance(self.class_targets, bool):
+      raise ValueError(f"task {self.name!r}: class_targets must be True or "
+                       f"False, got {self.class_targets!r}")
     seen = set()
     for m in self.metrics:
       if not isinstance(m, Metric):
@@ -177,16 +187,33 @@ class Task(NamedTuple):
     """`(loss, {metric: value})` of `params` over a whole split (`evaluate`, or `mean_over_batches`).
 
     Raises:
-      ValueError: the evaluation reports other metrics than the task
-        declares.
+      ValueError: one line: the evaluation reports other metrics than the
+        task declares, or a task's own `evaluate` raised or returned
+        values that are not scalars (naming the task and the function).
     """
-    if self.evaluate is not None:
-      loss, values = self.evaluate(apply_fn, params, x, y)
-    else:
+    if self.evaluate is None:
       loss, values = mean_over_batches(loss_of(self.loss, apply_fn), params,
                                        x, y, batch_size)
+    else:
+      loss, values = self._own_evaluation(apply_fn, params, x, y)
     self.check_reported(values, "evaluation")
     return float(loss), {k: float(v) for k, v in values.items()}
+
+  def _own_evaluation(self, apply_fn: ApplyFn, params, x, y):
+    """`evaluate`'s `(loss, {metric: value})`; `ValueError` naming the task and the function if it raises or returns no scalars."""
+    said = f"task {self.name!r}: its evaluate {names.where(self.evaluate)}"
+    try:
+      loss, values = self.evaluate(apply_fn, params, x, y)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"{said} {names.what_raised(e)}") from e
+    if not isinstance(values, dict):
+      raise ValueError(f"{said} returned {type(values).__name__} metrics, "
+                       "not a dict {name: value}")
+    for key, value in {LOSS: loss, **values}.items():
+      if np.ndim(value):
+        raise ValueError(f"{said} returned {key} of shape "
+                         f"{np.shape(value)}, not a scalar")
+    return loss, values
 
 
 # Bounded: an evaluator asks for the same few again and again (one model's
@@ -274,7 +301,6 @@ def mean_over_batches(loss_fn: LossFn, params, x, y,
     >>> loss, metrics  # (0 + 4 + 16 + 36 + 64) / 5, (0 + 2 + 4 + 6 + 8) / 5
     (24.0, {'mae': 4.0})
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
   n, batch_size = check_split(x, y, batch_size, "an evaluation")
   x, y = np.asarray(x), np.asarray(y)
   whole = n // batch_size
@@ -310,7 +336,7 @@ def classification() -> Task:
   """
   return Task("classification", _classification_loss,
               (Metric("accuracy", higher_is_better=True),), "accuracy",
-              _classification_evaluate)
+              _classification_evaluate, class_targets=True)
 
 
 def _next_token_loss(apply_fn):
@@ -334,7 +360,7 @@ def next_token() -> Task:
   return Task("next_token", _next_token_loss,
               (Metric("accuracy", higher_is_better=True),
                Metric("bits_per_byte", higher_is_better=False)),
-              "bits_per_byte", _next_token_evaluate)
+              "bits_per_byte", _next_token_evaluate, class_targets=True)
 
 
 # name -> factory of no arguments returning a `Task`; the task registry.
@@ -363,7 +389,7 @@ def get_task(name: str) -> Task:
   factory = names.lookup("task", name, _REGISTRY)
   try:
     task = factory()
-  except Exception as e:  # pylint: disable=broad-except
+  except (Exception, SystemExit) as e:  # pylint: disable=broad-except
     raise ValueError(names.raised("task", name, e)) from e
   if not isinstance(task, Task):
     raise ValueError(f"task {name!r}: its factory returned a "

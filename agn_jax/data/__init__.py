@@ -8,6 +8,7 @@ from agn_jax.data.dataset import Dataset
 from agn_jax.data.dataset import Example
 from agn_jax.data.dataset import example_of
 from agn_jax.data.dataset import check_dataset
+from agn_jax.data.dataset import fingerprint
 from agn_jax.data.digits import load_digits
 from agn_jax.data.idx import read_idx
 from agn_jax.data.mnist import load_mnist
@@ -56,7 +57,8 @@ def check_name(name: str) -> None:
 
 
 def load(name: str, data_dir: Optional[str] = None, *,
-         size: Optional[int] = None, seed: int = 0) -> Dataset:
+         size: Optional[int] = None, seed: int = 0,
+         classes_for: Optional[str] = None) -> Dataset:
   """Loads a dataset by name.
 
   Args:
@@ -72,13 +74,17 @@ def load(name: str, data_dir: Optional[str] = None, *,
     seed: seed of generation (`mnist1d`, `synthetic`) or of the train/test
       split (`digits`); the splits of `mnist`, `mnist5k` and `shakespeare`
       are fixed.
+    classes_for: the task that reads the targets as class labels (a run's
+      `--task` where `Task.class_targets`): each split's are checked to be
+      integers in `[0, num_classes)`; None: targets of any value.
 
   Returns:
     The `Dataset`.
 
   Raises:
-    DataError: for an unknown name or any problem with the data (a user's
-      loader that raises, or returns no valid `Dataset`: `check_dataset`).
+    DataError: for an unknown name or any problem with the data (a
+      loader that raises, or returns no valid `Dataset`: `check_dataset`,
+      which every loader's result passes, built-in or a user's).
 
   Example:
     >>> ds = load("digits", seed=0)
@@ -86,19 +92,22 @@ def load(name: str, data_dir: Optional[str] = None, *,
     (10, (8, 8, 1), dtype('float32'))
   """
   if name in _LOADERS:
-    return _LOADERS[name](data_dir, size, seed)
-  check_name(name)
-  loader = names.lookup("dataset", name, _LOADERS)
-  try:
-    dataset = names.call_with(loader, data_dir=data_dir, size=size, seed=seed)
-  except DataError:
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    raise DataError(names.raised("dataset", name, e)) from e
-  return check_dataset(dataset, name)
+    dataset = _LOADERS[name](data_dir, size, seed)
+  else:
+    check_name(name)
+    loader = names.lookup("dataset", name, _LOADERS)
+    try:
+      dataset = names.call_with(loader, data_dir=data_dir, size=size,
+                                seed=seed)
+    except DataError:
+      raise
+    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
+      # SystemExit: a loader's `sys.exit()` would end the run without a word.
+      raise DataError(names.raised("dataset", name, e)) from e
+  return check_dataset(dataset, name, classes_for)
 
 
 __all__ = ("DATASETS", "DataError", "Dataset", "Example", "check_dataset",
-           "check_name", "example_of", "load", "load_digits",
+           "check_name", "example_of", "fingerprint", "load", "load_digits",
            "load_mnist", "load_mnist1d", "load_mnist5k", "load_shakespeare",
            "load_synthetic", "read_idx")

@@ -1,5 +1,6 @@
-"""The `Dataset` every loader returns, the one error type, shared checks."""
+"""The `Dataset` every loader returns, the one error type, the one check of what a loader returned."""
 
+import hashlib
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -16,9 +17,10 @@ class Dataset(NamedTuple):
   features (`make_dataset`), but for `shakespeare`: int32 byte windows
   `[N, T]`, its targets the same windows one byte later. A user's loader
   (`agn_jax.data.load` of `"package.module:function"`) may hold any arrays
-  its task's loss reads: inputs of any per-example shape and dtype (integer
-  token ids, say) and targets of any (floats, sequences); the workers index
-  their first axis only.
+  its task's loss reads: inputs of any per-example shape and numeric dtype
+  (integer token ids, say) and targets of any (floats, sequences); the
+  workers index their first axis only. Every loader's result passes
+  `check_dataset`.
 
   Attributes:
     x_train: `[N, ...]` training inputs; this package's are float32
@@ -69,12 +71,25 @@ def example_of(x) -> Example:
   return Example(tuple(int(d) for d in x.shape[1:]), np.dtype(x.dtype).str)
 
 
-def check_dataset(dataset, name: str) -> Dataset:
+def check_dataset(dataset, name: str,
+                  classes_for: Optional[str] = None) -> Dataset:
   """`dataset` as a `Dataset` of numpy arrays, if it is one a run can train on; else `DataError` (one line).
 
-  What a user's loader returned is checked here: a `Dataset` whose splits
-  have as many targets as inputs, a non-empty training and test split, an
-  integer `num_classes` >= 1 and an `input_shape` of positive integers.
+  The one check of what any loader returned, built-in or a user's, run
+  once per load (vectorized, a pass over each array): a `Dataset` whose
+  four arrays hold numbers (bool, integer or float; not `dtype=object`),
+  the float ones only finite values, whose splits have as many targets as
+  inputs and are not empty, with an integer `num_classes` >= 1 and an
+  `input_shape` of positive integers. For a task whose targets are class
+  labels (`classes_for`, `agn_jax.tasks.Task.class_targets`), the targets
+  must also be integers in `[0, num_classes)`: a label outside would be
+  trained on as no class at all (a one-hot of zeros).
+
+  Args:
+    dataset: what the loader returned.
+    name: the dataset's name (`--dataset`), for the message.
+    classes_for: the task whose loss reads the targets as class labels
+      (`--task`, named in the message); None: targets of any value.
 
   Example:
     >>> x = np.zeros((4, 3), np.int32)
@@ -86,11 +101,18 @@ def check_dataset(dataset, name: str) -> Dataset:
     Traceback (most recent call last):
     ...
     agn_jax.data.dataset.DataError: dataset 't': its loader returned a tuple, not an agn_jax.data.Dataset
+    >>> y = np.array([0, 2, 9, 9])
+    >>> check_dataset(Dataset(x, y, x, y % 2, 3, (3,), "t"), "t",
+    ...               classes_for="classification")
+    Traceback (most recent call last):
+    ...
+    agn_jax.data.dataset.DataError: dataset 't': 2 of the 4 train labels lie outside [0, 3) (its num_classes), e.g. 9 (example 2); --task=classification reads each as one of the model's 3 outputs
   """
   if not isinstance(dataset, Dataset):
     raise DataError(f"dataset {name!r}: its loader returned a "
                     f"{type(dataset).__name__}, not an agn_jax.data.Dataset")
-  arrays = [np.asarray(a) for a in dataset[:4]]
+  arrays = [_numeric(name, field, a)
+            for field, a in zip(Dataset._fields, dataset[:4])]
   for split, x, y in (("train", arrays[0], arrays[1]),
                       ("test", arrays[2], arrays[3])):
     if x.ndim < 1 or y.ndim < 1 or len(x) != len(y):
@@ -111,7 +133,80 @@ def check_dataset(dataset, name: str) -> Dataset:
   if not shape or min(shape) < 1:
     raise DataError(f"dataset {name!r}: input_shape must be a tuple of "
                     f"positive integers, got {dataset.input_shape!r}")
+  if classes_for is not None:
+    for split, y in (("train", arrays[1]), ("test", arrays[3])):
+      _check_labels(name, split, y, int(classes), classes_for)
   return Dataset(*arrays, int(classes), shape, str(dataset.name))
+
+
+def _numeric(name: str, field: str, array) -> np.ndarray:
+  """`array` as a numpy array of numbers, all finite; else `DataError` naming the dataset and `field`."""
+  try:
+    array = np.asarray(array)
+  except (TypeError, ValueError) as e:  # Ragged lists, say.
+    raise DataError(f"dataset {name!r}: {field} is no array: "
+                    f"{str(e).splitlines()[0] if str(e) else e!r}") from None
+  if array.dtype.kind not in "biuf":
+    # An object array (a list of arrays, mixed types) fails deep inside
+    # JAX; strings and complex numbers are no model's inputs here.
+    raise DataError(f"dataset {name!r}: {field} has dtype {array.dtype}; "
+                    "a run needs arrays of numbers (bool, integer or float)")
+  if array.dtype.kind == "f" and array.size:
+    bad = ~np.isfinite(array.reshape(len(array), -1) if array.ndim else array)
+    if bad.any():
+      first = int(np.argmax(bad.any(axis=-1))) if array.ndim else 0
+      raise DataError(f"dataset {name!r}: {field} holds {int(bad.sum())} "
+                      f"non-finite values (NaN or infinity), the first in "
+                      f"example {first}")
+  return array
+
+
+def _check_labels(name: str, split: str, y: np.ndarray, classes: int,
+                  task: str) -> None:
+  """Raises `DataError` unless `y` are integer class labels in `[0, classes)`."""
+  if y.dtype.kind not in "iu":
+    raise DataError(
+        f"dataset {name!r}: the {split} labels are {y.dtype}, --task={task} "
+        f"needs integer class labels in [0, {classes}) (floats would be "
+        "truncated)")
+  outside = (y < 0) | (y >= classes)
+  count = int(np.count_nonzero(outside))
+  if count:
+    first = int(np.argmax(outside.reshape(-1)))
+    value = y.reshape(-1)[first]
+    raise DataError(
+        f"dataset {name!r}: {count} of the {y.size} {split} labels lie "
+        f"outside [0, {classes}) (its num_classes), e.g. {value} (example "
+        f"{first // max(1, y[:1].size)}); --task={task} reads each as one of "
+        f"the model's {classes} outputs")
+
+
+def fingerprint(dataset: Dataset) -> str:
+  """A cheap digest of a dataset: its arrays' shapes and dtypes, first and last rows, `num_classes` and `input_shape`.
+
+  What every process that loads a dataset by name compares with the
+  driver's (`agn_jax.runtime.transports.ray.DatasetByName`): a loader that
+  returns other data on each call would otherwise train each worker on
+  data of its own. Two rows per array: a few bytes however large the data.
+
+  Example:
+    >>> x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    >>> ds = Dataset(x, np.arange(3), x, np.arange(3), 3, (2,), "t")
+    >>> fingerprint(ds) == fingerprint(ds._replace(name="u"))
+    True
+    >>> fingerprint(ds) == fingerprint(ds._replace(x_test=x + 1))
+    False
+  """
+  digest = hashlib.sha256()
+  for array in dataset[:4]:
+    array = np.asarray(array)
+    digest.update(repr((array.shape, array.dtype.str)).encode())
+    if len(array):
+      digest.update(np.ascontiguousarray(array[0]).tobytes())
+      digest.update(np.ascontiguousarray(array[-1]).tobytes())
+  digest.update(repr((int(dataset.num_classes),
+                      tuple(int(d) for d in dataset.input_shape))).encode())
+  return digest.hexdigest()[:16]
 
 
 def make_dataset(
@@ -138,10 +233,6 @@ def make_dataset(
     if len(x) != len(y):
       raise DataError(
           f"{name}: {split} split has {len(x)} examples but {len(y)} labels")
-    if len(y) and (y.min() < 0 or y.max() >= num_classes):
-      raise DataError(
-          f"{name}: {split} labels must lie in [0, {num_classes}), "
-          f"found [{y.min()}, {y.max()}]")
   if not len(y_train):
     raise DataError(f"{name}: the training split is empty")
   return Dataset(x_train, y_train, x_test, y_test, int(num_classes),

@@ -77,19 +77,25 @@ class Plan(NamedTuple):
 
 
 def plan(config: TrainConfig, dataset=None) -> Plan:
-  """Loads the data and checks that every worker has at least one window.
+  """Loads the data and checks it against the task, the model and the workers' shares.
 
   Raises:
-    ValueError: too few examples for the workers, or a share shorter than a
-      window.
+    ValueError: data that does not fit the task (`data.check_dataset`),
+      a model and task that do not fit it (`build.check_fit`), too few
+      examples for the workers, or a share shorter than a window.
   """
   from agn_jax import build, data
   from agn_jax.shares import windows_per_worker
+  # The data checked once, against the task that reads it (class labels in
+  # range), whoever loaded it: a loader, or the caller of `train()`.
+  classes_for = (config.task if build.build_task(config).class_targets else
+                 None)
   if dataset is None:
     dataset = data.load(config.dataset, config.data_dir,
-                        size=config.dataset_size, seed=config.seed)
-  else:  # Handed to `train()`: checked as a user's loader's would be.
-    dataset = data.check_dataset(dataset, config.dataset)
+                        size=config.dataset_size, seed=config.seed,
+                        classes_for=classes_for)
+  else:
+    dataset = data.check_dataset(dataset, config.dataset, classes_for)
   n = config.num_workers
   if len(dataset.x_train) < n:
     raise ValueError(f"{len(dataset.x_train)} training examples cannot be "

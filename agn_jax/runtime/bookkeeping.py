@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from agn_jax import metric_writers
+from agn_jax import metric_writers, metrics
 from agn_jax.config import TrainConfig
 from agn_jax.errors import CheckpointError, RunError
 from agn_jax.runtime import events as ev
@@ -33,20 +33,15 @@ Progress = Callable[[Dict[str, object]], None]
 MAX_REJECTED_FRACTION = 0.5
 
 
-def _finite(value) -> bool:
-  return isinstance(value, (int, float)) and math.isfinite(value)
-
-
 def outcome_error(summary: Dict[str, object]) -> Optional[str]:
   """Why a run that ended is no result (one line), or None: the one rule of "completed".
 
   Every backend's books apply it to the run's summary. A run fails when:
   no commit was applied (all rejected as non-finite: diverged; or none was
   made at all); more of its commits were rejected than applied; its final
-  test loss or any of its task's final test metrics (`final_test_<name>`,
-  the accuracy of classification) is not finite (its center diverged,
-  whatever the commits were); or its simulated clock is not finite (a
-  speed model whose times overflow).
+  test loss or any of its task's final test metrics is not finite
+  (`agn_jax.metrics.non_finite_final`); or its simulated clock is not
+  finite (a speed model whose times overflow).
 
   Example:
     >>> ok = dict(num_commits=8, rejected_commits=4, final_test_loss=0.3)
@@ -67,16 +62,11 @@ def outcome_error(summary: Dict[str, object]) -> Optional[str]:
   if rejected > MAX_REJECTED_FRACTION * (applied + rejected):
     return (f"{rejected} of {applied + rejected} commits were rejected as "
             f"non-finite (diverged; lower --learning_rate?)")
-  named = summary.get("metrics")
-  named = list(named) if isinstance(named, dict) else ["accuracy"]
-  for key, what in [("final_test_loss", "test loss")] + [
-      (f"final_test_{name}", f"test {name}") for name in named]:
-    value = summary.get(key)
-    if value is not None and not _finite(value):
-      return (f"the final center's {what} is {value}: the center diverged "
-              "(lower --learning_rate or --server_learning_rate?)")
+  final = metrics.non_finite_final(summary)
+  if final:
+    return final
   seconds = summary.get("simulated_seconds")
-  if seconds is not None and not _finite(seconds):
+  if seconds is not None and not metrics.is_finite_number(seconds):
     return (f"the simulated clock ended at {seconds} seconds: the "
             "--speed_model's times are not finite")
   return None

@@ -13,7 +13,7 @@ import traceback
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 from agn_jax import placement as placement_lib
-from agn_jax.errors import Diverged
+from agn_jax.errors import DataMismatch, Diverged
 from agn_jax.runtime.transports import channels
 from agn_jax.runtime.transports.base import Transport
 
@@ -219,7 +219,8 @@ def report_failure(ctx: RunContext, role: str, error: BaseException) -> None:
       error) else type(error).__name__
   try:
     ctx.events.put(events.Failed(role, line, traceback.format_exc(),
-                                 fatal=isinstance(error, Diverged)))
+                                 fatal=isinstance(error,
+                                                  (Diverged, DataMismatch))))
   except Exception:  # The launcher may be gone already.
     pass
 

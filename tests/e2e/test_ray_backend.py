@@ -33,6 +33,7 @@ import ray
 from agn_jax import placement
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.config import RayOptions
+from agn_jax.errors import RunError
 from agn_jax.runtime import train
 from agn_jax.runtime.backends.ray import check_address
 from agn_jax.runtime.events import WorkerDone
@@ -194,6 +195,25 @@ def test_the_language_model_task_on_ray(ray_instance, tmp_path):
   summary = train(language_model_config(tmp_path, "ray"))
   assert summary["backend"] == "ray"
   check_language_model_run(summary, tmp_path / "run")
+  assert not _wait_gone(_actor_pids(tmp_path / "run"))
+
+
+def test_a_loader_that_returns_other_data_on_each_call_ends_the_run(
+    ray_instance, tmp_path):
+  # Every actor loads the data by name: each checks what it loaded against
+  # the driver's fingerprint, and the first that differs ends the run.
+  del ray_instance
+  config = TrainConfig(dataset="tests.unsound_plugins:non_deterministic",
+                       hidden_sizes=(4,), num_workers=2,
+                       communication_window=5, epochs=1.0, backend="ray",
+                       eval_every_seconds=0.0, checkpoints=False,
+                       workdir=str(tmp_path / "run"))
+  with pytest.raises(RunError, match="failed: DataMismatch: dataset "
+                     "'tests.unsound_plugins:non_deterministic': its loader "
+                     "returned other data here than on the driver"):
+    train(config)
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["outcome"] == "failed" and summary["num_commits"] == 0
   assert not _wait_gone(_actor_pids(tmp_path / "run"))
 
 

@@ -25,6 +25,7 @@ import time
 from typing import Dict, List, Optional
 
 from agn_jax import placement as placement_lib
+from agn_jax.data import fingerprint
 from agn_jax.errors import RayStartError, RunError
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import context
@@ -201,7 +202,8 @@ class RayBackend(backend_lib.ServerBackend):
     self.switches = rt.RaySwitches(self.hub)
     self.events = rt.RayEvents(self.mailbox)
     self.replies = rt.RayReplies(self.mailbox)
-    self.data = (rt.DatasetByName(self.config) if dataset is None else
+    self.data = (rt.DatasetByName(self.config, fingerprint(plan.dataset))
+                 if dataset is None else
                  rt.StoredDataset(ray.put(backend_lib.dataset_arrays(dataset))))
 
   def _connect(self):

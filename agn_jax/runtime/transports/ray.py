@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from agn_jax.errors import DataMismatch
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import events as ev
 from agn_jax.runtime.transports import channels
@@ -471,18 +472,42 @@ class DatasetByName(channels.DataSource):
   """The run's data, loaded by each part itself from the dataset's name, size and seed.
 
   The driver ships no data: each worker takes its shard of what it loads
-  (`shares.shard_bounds`), the evaluator the test set.
+  (`shares.shard_bounds`), the evaluator the test set. What each part
+  loads must be what the driver loaded and checked: its `fingerprint`
+  (`agn_jax.data.fingerprint`: shapes, dtypes, first and last rows) is
+  compared with the driver's, so that a loader returning other data on
+  each call ends the run instead of training each worker on data of its
+  own.
+
+  Args:
+    config: the run's config (the dataset's name, `data_dir`, size, seed).
+    fingerprint: the driver's dataset's `agn_jax.data.fingerprint`.
   """
 
-  def __init__(self, config):
+  def __init__(self, config, fingerprint: str):
     self._args = (config.dataset, config.data_dir, config.dataset_size,
                   config.seed)
+    self._fingerprint = fingerprint
 
   def arrays(self):
+    """The arrays (`backend.dataset_arrays`) of the dataset loaded here.
+
+    Raises:
+      DataMismatch: they are not the driver's (fatal: a restart would load
+        other data again).
+    """
     from agn_jax import data  # pylint: disable=g-import-not-at-top
     name, data_dir, size, seed = self._args
-    return backend_lib.dataset_arrays(data.load(name, data_dir, size=size,
-                                                seed=seed))
+    dataset = data.load(name, data_dir, size=size, seed=seed)
+    here = data.fingerprint(dataset)
+    if here != self._fingerprint:
+      raise DataMismatch(
+          f"dataset {name!r}: its loader returned other data here than on "
+          f"the driver (fingerprint {here}, the driver's "
+          f"{self._fingerprint}: shapes, dtypes, first and last rows); each "
+          "process of a Ray run loads it, so it must return the same data on "
+          "every call (draw from its `seed`)")
+    return backend_lib.dataset_arrays(dataset)
 
 
 class StoredDataset(channels.DataSource):
