@@ -70,18 +70,25 @@ class ReaderAttacks:
 
   def _hand_cell(self) -> str:
     """The quick study's AGN grid cell, trained by the report's own "one by hand" command in a study directory whose name has a space."""
+    if getattr(self, "_readers_failed", None):
+      raise Failed(self._readers_failed)
     if getattr(self, "_readers_cell", None) is None:
-      study = _new_study(self.path("study with space"))
-      expect_success(_report(study, "--report_only"), "the empty report")
-      argv = _by_hand(os.path.join(study, "results", "REPORT.md"), AGN_CELL)
-      expect_success(_run_argv(argv), "the command as printed")
-      cell = os.path.join(study, AGN_CELL)
-      self.workdirs.append(cell)
-      if read_json(os.path.join(cell, "summary.json")).get(
-          "outcome") != "completed":
-        raise Failed(f"{cell} did not complete")
-      self._readers_cell = cell  # pylint: disable=attribute-defined-outside-init
+      try:
+        self._readers_cell = self._train_hand_cell()  # pylint: disable=attribute-defined-outside-init
+      except Failed as e:
+        self._readers_failed = f"the hand-trained cell: {e}"  # pylint: disable=attribute-defined-outside-init
+        raise
     return self._readers_cell
+
+  def _train_hand_cell(self) -> str:
+    study = _new_study(self.path("study with space"))
+    expect_success(_report(study, "--report_only"), "the empty report")
+    argv = _by_hand(os.path.join(study, "results", "REPORT.md"), AGN_CELL)
+    expect_success(_run_argv(argv), "the command as printed")
+    cell = os.path.join(study, AGN_CELL)
+    self.workdirs.append(cell)
+    expect_outcome(cell, "completed")
+    return cell
 
   def _study_with(self, name: str, **cells: str) -> str:
     """A new quick study holding a copy of the hand-trained cell at each of `cells`' paths."""
