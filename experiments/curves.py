@@ -27,8 +27,10 @@ every worker its time from them.
 """
 
 import collections
+import gzip
 import json
 import os
+import zlib
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -36,6 +38,7 @@ import numpy as np
 from agn_jax import metrics
 from agn_jax.runtime import bookkeeping
 from agn_jax.runtime import events as ev
+from experiments import run_checks
 
 TRAIN_WINDOW_SECONDS = 5.0
 # The thesis' pace, for its 5-s window on a simulated clock that counts local
@@ -143,7 +146,7 @@ def _columns(events: List[dict], fields: Sequence[str],
 
 
 def read_events(path: str) -> List[dict]:
-  """The events of one metrics.jsonl file.
+  """The events of one metrics.jsonl file (gzipped where its name ends in .gz, as an archive keeps it).
 
   A last line cut short (a run killed mid-write) is ignored; any other
   malformed line, and any commit or eval event with a non-numeric field
@@ -154,9 +157,9 @@ def read_events(path: str) -> List[dict]:
     RunDirError: if the file is unreadable or malformed.
   """
   try:
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
       lines = f.read().splitlines()
-  except (OSError, UnicodeDecodeError) as e:
+  except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
     raise RunDirError(f"{path}: cannot read "
                       f"({getattr(e, 'strerror', None) or e})") from None
   events = []
@@ -196,12 +199,22 @@ def read_events(path: str) -> List[dict]:
 def read_run(path: str) -> Run:
   """Reads a run's workdir: metrics.jsonl, config.json and summary.json.
 
+  An archived run (`experiments.report.archive`) keeps its rows gzipped, as
+  metrics.jsonl.gz. Its files are checked against each other
+  (`run_checks`): summary.json's fields must have their types, and the rows
+  must hold what the summary says the run did (a metrics.jsonl cut short,
+  or a summary.json of another run, disagrees).
+
   Raises:
-    RunDirError: one line, if `path` is not a run directory.
+    RunDirError: one line, if `path` is not a run directory, or its files
+      are malformed or disagree (naming the file and what disagrees).
   """
   if not os.path.isdir(path):
     raise RunDirError(f"{path}: no such run directory")
   metrics_path = os.path.join(path, "metrics.jsonl")
+  if not os.path.isfile(metrics_path) and os.path.isfile(metrics_path +
+                                                          ".gz"):
+    metrics_path += ".gz"
   if not os.path.isfile(metrics_path):
     raise RunDirError(f"{path}: not a run directory (no metrics.jsonl)")
   events = read_events(metrics_path)
@@ -209,6 +222,16 @@ def read_run(path: str) -> Run:
   evals = [e for e in events if e.get("event") == ev.Evaluated.kind]
   if not commits and not evals:
     raise RunDirError(f"{metrics_path}: holds no commit or eval events")
+  summary_path = os.path.join(path, "summary.json")
+  summary = _read_json(summary_path)
+  wrong = run_checks.summary_type_error(summary)
+  if wrong:
+    raise RunDirError(f"{summary_path}: {wrong}")
+  differ = run_checks.disagreements(summary, commits, evals)
+  if differ:
+    raise RunDirError(
+        f"{path}: {os.path.basename(metrics_path)} and summary.json disagree "
+        f"({'; '.join(differ)}): a file cut short or from another run")
   non_finite_evals = any(
       isinstance(e.get(f), float) and not np.isfinite(e[f])
       for e in evals for f in e
@@ -216,7 +239,7 @@ def read_run(path: str) -> Run:
   return Run(path=path,
              name=os.path.basename(os.path.normpath(path)),
              config=_read_json(os.path.join(path, "config.json")),
-             summary=_read_json(os.path.join(path, "summary.json")),
+             summary=summary,
              commits=_columns(commits, _NUMERIC_FIELDS[ev.Committed.kind],
                               ("step_accuracy",)),
              evals=_columns(evals, _NUMERIC_FIELDS[ev.Evaluated.kind]),

@@ -383,33 +383,38 @@ def report(sweep_dir: str, strategies: Sequence[str],
   return "\n".join(lines)
 
 
-def _available() -> Tuple[str, ...]:
+def _check_name(name: str) -> None:
+  """Raises `ValueError` (one line) unless `name` names a strategy, as `--strategy` takes it: registered, or package.module:function."""
   # The registry imports JAX: read only when a flag names strategies.
   from agn_jax import strategies  # pylint: disable=g-import-not-at-top
-  return strategies.available()
+  strategies.check_name(name)
 
 
 def _check_strategies(value) -> bool:
   if value is None:
     return True
-  available = _available()
-  if not (value and len(set(value)) == len(value) and
-          all(s in available for s in value)):
+  if not value or len(set(value)) != len(value):
     raise flags.ValidationError(
-        "--strategies accepts distinct names from "
-        f"{','.join(available)}, comma-separated")
+        "--strategies accepts distinct strategies, comma-separated")
+  for name in value:
+    try:
+      _check_name(name)
+    except ValueError as e:
+      raise flags.ValidationError(str(e)) from None
   return True
 
 
 def _check_strategy_flagfile(value) -> bool:
-  if not value:
-    return True
-  available = _available()
-  if not all(s.partition("=")[0] in available and s.partition("=")[2]
-             for s in value):
-    raise flags.ValidationError(
-        "--strategy_flagfile accepts STRATEGY=PATH with STRATEGY one of "
-        f"{','.join(available)}")
+  for spec in value or ():
+    name, _, path = spec.partition("=")
+    try:
+      if not path:
+        raise ValueError("no PATH")
+      _check_name(name)
+    except ValueError as e:
+      raise flags.ValidationError(
+          f"--strategy_flagfile accepts STRATEGY=PATH, STRATEGY as "
+          f"--strategy takes it: {spec!r}: {e}") from None
   return True
 
 
@@ -420,8 +425,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags_lib.define_train_flags(flag_values,
                                skip=("num_workers", "workdir", "resume"))
   flags.DEFINE_list("strategies", None,
-                    "Strategies to run, comma-separated; the first is the "
-                    "reference of E. Default: --strategy alone.",
+                    "Strategies to run, comma-separated, each as --strategy "
+                    "takes it (a registered name, or package.module:function);"
+                    " the first is the reference of E. Default: --strategy "
+                    "alone.",
                     flag_values=flag_values)
   flags.DEFINE_list("num_workers", [str(config_lib.TrainConfig.num_workers)],
                     "Numbers of workers n, comma-separated.",

@@ -8,7 +8,8 @@ under the run's own path, and the study's books (`study.json`: preset,
 command, compute ledger). Committed with the report, it lets a study resume
 on a fresh clone, and the report regenerate from the repository alone:
 `sync` copies each archived run the study directory lacks into it, and each
-completed run the archive lacks into the archive.
+completed run the archive lacks into the archive (a run that is not its
+cell's, `identity.mismatch`, stays out).
 
 Example:
   >>> import os, tempfile
@@ -41,6 +42,7 @@ from typing import Dict, Tuple
 from agn_jax import workdir as workdir_lib
 from experiments import rundirs
 from experiments.report import design
+from experiments.report import identity
 
 ARCHIVE = "study"
 # The study's books keep their name in the archive (`runner.STUDY_FILE`).
@@ -157,7 +159,9 @@ def sync(p: design.Preset, study) -> Tuple[int, int]:
   for key in ("preset", "command"):
     if study.data.get(key) is None and books.get(key) is not None:
       study.data[key] = books[key]
-  saved = sum(save(r.path(study.dir), r.path(archive_dir)) for r in p.runs)
+  # A run that is not its cell's (`identity.mismatch`) is never archived.
+  saved = sum(save(r.path(study.dir), r.path(archive_dir)) for r in p.runs
+              if identity.mismatch(r, r.path(study.dir)) is None)
   if study.preset is not None and (restored or saved or books != study.data):
     study.save()  # Into the study directory and the archive.
   return restored, saved

@@ -206,10 +206,14 @@ def quote_in_readme(report_path: str, readme: str = README) -> bool:
 
 def _write(p, study, output_dir) -> str:
   try:
-    path = sections.write(sections.Context.build(
+    ctx = sections.Context.build(
         p, study, output_dir, (FLAGS.efficiency_curve,
                                FLAGS.efficiency_window),
-        FLAGS.paper_study_dir))
+        FLAGS.paper_study_dir)
+    path = sections.write(ctx)
+    for why in map(ctx.results.refusal, p.runs):
+      if why:
+        print(f"left out: {why}")
     # The committed report's verdicts are quoted in the README.
     if (p.name != "quick" and os.path.isfile(README) and
         os.path.abspath(output_dir) == os.path.abspath(

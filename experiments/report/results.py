@@ -1,9 +1,12 @@
 """The one reader of a study's runs: each run's figures, by `RunSpec`.
 
 A run counts once it has completed (`experiments.rundirs.completed`); one below
-`budget.MIN_WINDOWS` windows per worker is never shown. Every figure the
-report prints comes from `Figures`, so the sections agree on what "training
-accuracy" or "time" means.
+`budget.MIN_WINDOWS` windows per worker is never shown. A completed run is
+refused, left out and named (`Results.refused`) when it is not its cell's
+(`identity.mismatch`: its config.json differs from the design) or its files
+disagree (`experiments.curves.read_run`). Every figure the report prints
+comes from `Figures`, so the sections agree on what "training accuracy" or
+"time" means.
 """
 
 import os
@@ -16,6 +19,7 @@ from experiments import compare
 from experiments import curves
 from experiments import rundirs
 from experiments.report import design
+from experiments.report import identity
 
 
 class Figures(NamedTuple):
@@ -93,25 +97,38 @@ class Results:
     self.preset = p
     self.dir = study_dir
     self._cache: Dict[str, Optional[Figures]] = {}
+    # Completed runs left out, by path: why, in one line.
+    self.refused: Dict[str, str] = {}
 
   def get(self, spec: design.RunSpec) -> Optional[Figures]:
-    """The run's figures, or None if it has not completed (or cannot be read)."""
+    """The run's figures, or None if it has not completed or is refused (`refusal`)."""
     path = spec.path(self.dir)
     if path not in self._cache:
       found = None
       if rundirs.completed(path):
-        try:
-          found = figures(curves.read_run(path))
-        except (curves.RunDirError, OSError, ValueError):
-          found = None
+        why = identity.mismatch(spec, path)
+        if why is None:
+          try:
+            found = figures(curves.read_run(path))
+          except (curves.RunDirError, OSError, ValueError) as e:
+            why = " ".join(str(e).split())
+        if why is not None:
+          self.refused[path] = why
       self._cache[path] = found
     return self._cache[path]
 
+  def refusal(self, spec: design.RunSpec) -> Optional[str]:
+    """Why the cell's completed run is left out (not the cell's, or its files disagree), or None."""
+    self.get(spec)
+    return self.refused.get(spec.path(self.dir))
+
   def status(self, spec: design.RunSpec) -> str:
-    """"completed", "failed", "started" or "not run"."""
+    """"completed", "refused", "failed", "started" or "not run"."""
     path = spec.path(self.dir)
     if self.get(spec) is not None:
       return "completed"
+    if path in self.refused:
+      return "refused"
     if not os.path.isdir(path):
       return "not run"
     summary = rundirs.read_summary(path) or {}

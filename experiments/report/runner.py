@@ -4,7 +4,10 @@ Every run trains through `experiments.train.train_and_report` into
 `<study_dir>/<section>/<name>`, exactly as `python -m experiments.train` with
 the run's flags would (`RunSpec.argv`). A completed run is kept; a run with a
 checkpoint resumes from it; a run that failed before its first checkpoint
-starts again. Once a run completes its checkpoints are deleted: only
+starts again. A run that is not the cell's (`identity.mismatch`: copied in
+from another cell, or trained there by hand with other flags) is moved
+aside, as a failed one is, and the cell's own run trains; one that a live
+process holds is left alone and the cell fails, naming both. Once a run completes its checkpoints are deleted: only
 resuming needs them, and a simulated checkpoint holds all n workers' states.
 
 The study's books, `<study_dir>/study.json`, hold the preset, the command and
@@ -31,6 +34,7 @@ from experiments import flags as flags_lib
 from experiments import rundirs
 from experiments.report import archive
 from experiments.report import design
+from experiments.report import identity
 
 STUDY_FILE = archive.BOOKS
 
@@ -139,8 +143,30 @@ def _drop_checkpoints(path: str) -> None:
     shutil.rmtree(checkpoints, ignore_errors=True)
 
 
+def _foreign(run: design.RunSpec, path: str,
+             log: Callable[[str], None]) -> Optional[str]:
+  """Moves a run that is not the cell's out of its way; why the cell cannot run, or None."""
+  why = identity.mismatch(run, path)
+  if why is None:
+    return None
+  try:
+    moved = rundirs.move_aside(path)
+  except (WorkdirBusy, WorkdirError) as e:  # A live run holds it.
+    return f"not the cell's run ({why}), and {' '.join(str(e).split())}"
+  log(f"  not the cell's run ({why}); moved to {moved}")
+  return None
+
+
+def pending(run: design.RunSpec, study_dir: str) -> bool:
+  """Whether the cell still has to run: not completed, or what completed is not the cell's run."""
+  path = run.path(study_dir)
+  return (not rundirs.completed(path) or
+          identity.mismatch(run, path) is not None)
+
+
 def run_one(run: design.RunSpec, study: Study, p: design.Preset,
-            show_progress: bool = True) -> Optional[str]:
+            show_progress: bool = True,
+            log: Callable[[str], None] = print) -> Optional[str]:
   """Trains (or resumes) one run; returns why it failed, or None.
 
   Raises:
@@ -149,6 +175,9 @@ def run_one(run: design.RunSpec, study: Study, p: design.Preset,
   from agn_jax import runtime  # pylint: disable=g-import-not-at-top
   from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
   path = run.path(study.dir)
+  foreign = _foreign(run, path, log)
+  if foreign:
+    return foreign
   action = rundirs.cell_action(path)
   if action == "keep":
     _drop_checkpoints(path)
@@ -196,16 +225,16 @@ def run_all(p: design.Preset, study: Study, sections: Optional[set] = None,
     KeyboardInterrupt: on Ctrl-C or SIGTERM; completed runs stay completed
       and the interrupted one resumes from its checkpoint next time.
   """
-  pending = [r for r in p.runs
-             if (sections is None or r.section in sections) and
-             not rundirs.completed(r.path(study.dir))]
+  todo = [r for r in p.runs
+          if (sections is None or r.section in sections) and
+          pending(r, study.dir)]
   failures = []
   with _sticky_interrupts() as stop:
-    for index, run in enumerate(pending, 1):
+    for index, run in enumerate(todo, 1):
       stop()
-      log(f"[{index}/{len(pending)}] {run.section}/{run.name}: "
+      log(f"[{index}/{len(todo)}] {run.section}/{run.name}: "
           f"{run.epochs:g} epochs")
-      why = run_one(run, study, p, show_progress)
+      why = run_one(run, study, p, show_progress, log)
       if why:
         failures.append(f"{run.section}/{run.name}: {why}")
         log(f"  failed: {why}")

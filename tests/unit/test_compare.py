@@ -1,7 +1,9 @@
 """Tests for experiments.compare: temporal efficiency of runs read from disk."""
 
+import gzip
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -40,7 +42,7 @@ def write_run(directory, eval_curve=(), commit_curve=(), summary=None,
   with open(os.path.join(directory, "metrics.jsonl"), "w") as f:
     for i, (t, acc) in enumerate(commit_curve):
       f.write(json.dumps({"event": "commit", **times(t), "worker": i % 2,
-                          "clock": i, "staleness": i % 3, "loss": 1 - acc,
+                          "clock": i + 1, "staleness": i % 3, "loss": 1 - acc,
                           "accuracy": acc}) + "\n")
     for i, (worker, start, end, steps) in enumerate(windows):
       row = {"event": "commit", **times(end), "worker": worker, "clock": i,
@@ -217,10 +219,13 @@ def test_convergence_of_runs_read_from_disk(tmp_path):
   assert convergence("inf", eval_curve=rise, summary={
       "final_test_loss": float("inf")}) == "diverged"
   # More commits rejected as non-finite than the books accept.
-  assert convergence("rejected", eval_curve=rise, summary={
-      "num_commits": 3, "rejected_commits": 4}) == "diverged"
-  assert convergence("one_rejected", eval_curve=rise, summary={
-      "num_commits": 10, "rejected_commits": 1}) == "converged"
+  assert convergence("rejected", eval_curve=rise, commit_curve=rise[:3],
+                     summary={"num_commits": 3,
+                              "rejected_commits": 4}) == "diverged"
+  assert convergence("one_rejected", eval_curve=rise,
+                     commit_curve=[(t, 0.5) for t in range(10)], summary={
+                         "num_commits": 10, "rejected_commits": 1}) == (
+                             "converged")
   # Chance is 1 / classes: 10 unless the summary says otherwise.
   assert convergence("ten", eval_curve=[(0, 0.5), (1, 0.9)]) == "converged"
   assert convergence("two", eval_curve=[(0, 0.5), (1, 0.9)],
@@ -407,3 +412,105 @@ def test_compare_draws_the_instruments_of_the_runs_that_have_them(tmp_path):
   assert report["runs"][0]["instruments"]["theory_momentum"] == 0.75
   assert report["runs"][0]["instruments"]["instrumented_commits"] == 30
   assert report["runs"][1]["instruments"] is None
+
+
+def runtime_run(directory, commits=12, summary=None):
+  """A finished run as the runtime writes one: commits at clocks 1..N, evaluations at 0 and N, a summary that says so."""
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "metrics.jsonl"), "w") as f:
+    f.write(json.dumps({"event": "eval", "time": 0.0, "clock": 0,
+                        "loss": 2.3, "accuracy": 0.1, "final": False}) + "\n")
+    for clock in range(1, commits + 1):
+      f.write(json.dumps({"event": "commit", "time": float(clock),
+                          "worker": clock % 2, "clock": clock,
+                          "staleness": 1, "loss": 1.0,
+                          "accuracy": 0.5}) + "\n")
+    f.write(json.dumps({"event": "eval", "time": commits + 0.25,
+                        "clock": commits, "loss": 0.4, "accuracy": 0.875,
+                        "final": True}) + "\n")
+  with open(os.path.join(directory, "summary.json"), "w") as f:
+    json.dump(dict({"outcome": "completed", "num_commits": commits,
+                    "rejected_commits": 0, "final_clock": commits,
+                    "final_test_accuracy": 0.875, "final_test_loss": 0.4,
+                    "training_seconds": float(commits),
+                    "resumed_from_commit": None}, **(summary or {})), f)
+  return str(directory)
+
+
+def cut(path, keep=1 / 3):
+  with open(path) as f:
+    lines = f.readlines()
+  with open(path, "w") as f:
+    f.writelines(lines[:int(len(lines) * keep)])
+
+
+def test_a_metrics_file_cut_short_disagrees_with_its_summary(tmp_path):
+  whole = compare.read_run(runtime_run(tmp_path / "whole"))
+  assert len(whole.commits["time"]) == 12
+  path = runtime_run(tmp_path / "cut")
+  cut(os.path.join(path, "metrics.jsonl"))  # 4 of its 14 rows: 3 commits.
+  with pytest.raises(compare.RunDirError) as e:
+    compare.read_run(path)
+  said = str(e.value)
+  assert said.startswith(f"{path}: metrics.jsonl and summary.json disagree")
+  assert "3 commit rows, summary.json: num_commits 12" in said
+  assert "the last commit row is at clock 3" in said
+  assert "the last commit row is at 3 s, summary.json: training_seconds 12" in (
+      said)
+  assert "final evaluation (final_clock 12) has no eval row" in said
+  assert "\n" not in said
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("final_test_accuracy", 0.5, "final_test_accuracy is 0.5, its eval row "
+     "at clock 12 says 0.875"),
+    ("num_commits", 13, "12 commit rows, summary.json: num_commits 13"),
+    ("final_clock", 11, "final evaluation (final_clock 11) has no eval row "
+     "(the last is at clock 12)"),
+])
+def test_a_summary_of_another_run_disagrees(tmp_path, field, value, said):
+  path = runtime_run(tmp_path / "a", summary={field: value})
+  with pytest.raises(compare.RunDirError, match=re.escape(said)):
+    compare.read_run(path)
+
+
+def test_a_resumed_run_s_rows_go_on_from_its_earlier_sittings(tmp_path):
+  # Its training_seconds counts its last sitting alone: not checked.
+  path = runtime_run(tmp_path / "a", summary={"training_seconds": 4.0,
+                                              "resumed_from_commit": 8})
+  assert len(compare.read_run(path).commits["time"]) == 12
+  path = runtime_run(tmp_path / "b", summary={"training_seconds": 4.0})
+  with pytest.raises(compare.RunDirError, match="training_seconds 4"):
+    compare.read_run(path)
+
+
+def test_archived_rows_are_read_gzipped_and_checked(tmp_path):
+  path = runtime_run(tmp_path / "a")
+  plain = compare.read_run(path)
+  rows = os.path.join(path, "metrics.jsonl")
+  with open(rows, "rb") as src, gzip.open(rows + ".gz", "wb") as dst:
+    dst.write(src.read())
+  os.remove(rows)
+  archived = compare.read_run(path)
+  np.testing.assert_array_equal(archived.commits["clock"],
+                                plain.commits["clock"])
+  assert archived.summary == plain.summary
+  with open(rows + ".gz", "rb") as f:
+    data = f.read()
+  with open(rows + ".gz", "wb") as f:
+    f.write(data[:len(data) // 2])
+  with pytest.raises(compare.RunDirError,
+                     match=re.escape(f"{rows}.gz: cannot read")):
+    compare.read_run(path)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("num_commits", "16"), ("num_commits", True), ("final_clock", -1),
+    ("final_test_accuracy", "0.9"), ("training_seconds", [1.0]),
+    ("completed", "yes"), ("outcome", 1), ("worker_commits", [1, "2"]),
+    ("metrics", ["accuracy"])])
+def test_summary_fields_of_the_wrong_type_are_named(tmp_path, field, value):
+  path = runtime_run(tmp_path / "a", summary={field: value})
+  with pytest.raises(compare.RunDirError, match=re.escape(
+      f"summary.json: field {field!r} is {value!r}, not ")):
+    compare.read_run(path)

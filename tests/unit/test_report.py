@@ -1,7 +1,9 @@
 """The reproduction report: its design against the issue's numbers, its rules against independent references, and the quick study end to end."""
 
+import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -10,10 +12,12 @@ import time
 import numpy as np
 import pytest
 
+from experiments import curves
 from experiments.report import budget
 from experiments.report import claims
 from experiments.report import design
 from experiments.report import formulas
+from experiments.report import identity
 from experiments.report import results as results_lib
 from experiments.report import runner
 from experiments.report import sections
@@ -604,3 +608,116 @@ def test_the_readme_quotes_the_committed_report_s_verdicts():
                   readme.index(main.CLAIMS_END)]
   assert quoted.strip() == table.strip()
   assert table.count("\n") >= 11  # Header, rule and the ten claims.
+
+
+# Each cell's run is its own, and the report says how to run one by hand.
+
+
+def completed_cell(path, config):
+  """A completed run in `path` whose config.json is `config` and whose files agree."""
+  os.makedirs(path)
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(config, f)
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+    for clock in (1, 2):
+      f.write(json.dumps({"event": "commit", "time": float(clock),
+                          "worker": clock % 2, "clock": clock, "staleness": 1,
+                          "loss": 1.0, "accuracy": 0.5}) + "\n")
+    f.write(json.dumps({"event": "eval", "time": 2.5, "clock": 2,
+                        "loss": 0.5, "accuracy": 0.75, "final": True}) + "\n")
+  with open(os.path.join(path, "summary.json"), "w") as f:
+    json.dump({"outcome": "completed", "num_commits": 2, "final_clock": 2,
+               "final_test_accuracy": 0.75, "num_workers": 2}, f)
+
+
+def _cell_pair():
+  p = design.preset("quick")
+  agn, aeasgd = (next(r for r in p.runs if r.section == design.GRID and
+                      r.strategy == s and r.cell == (2, 2) and r.seed == 0)
+                 for s in (design.REFERENCE, design.BASELINE))
+  return p, agn, aeasgd
+
+
+def test_a_run_that_is_not_its_cell_s_is_named_and_left_out(tmp_path):
+  p, agn, aeasgd = _cell_pair()
+  study = str(tmp_path)
+  # AGN's run copied into AEASGD's cell; AGN's own cell holds its own.
+  completed_cell(agn.path(study), identity.expected(agn))
+  completed_cell(aeasgd.path(study), identity.expected(agn))
+  results = results_lib.Results(p, study)
+  assert results.get(agn) is not None and results.refusal(agn) is None
+  assert results.get(aeasgd) is None and results.status(aeasgd) == "refused"
+  said = results.refusal(aeasgd)
+  assert said.startswith("grid/aeasgd-n2-l2-s0: ")
+  assert "strategy: expected 'aeasgd', found 'agn'" in said
+  # Every other setting the design fixes is checked too: the seed, the data
+  # assignment, the cluster, ...
+  for field, value in (("seed", 7), ("data_assignment", "shards"),
+                       ("cluster", "paper"), ("epochs", 1.0)):
+    config = dict(identity.expected(agn), **{field: value})
+    with open(os.path.join(agn.path(study), "config.json"), "w") as f:
+      json.dump(config, f)
+    expected = identity.expected(agn)[field]
+    assert (f"{field}: expected {expected!r}, found {value!r}" in
+            identity.mismatch(agn, agn.path(study))), field
+  # The runner does not keep it: it moves it aside and trains the cell's own.
+  assert runner.pending(aeasgd, study)
+  logged = []
+  assert runner._foreign(aeasgd, aeasgd.path(study), logged.append) is None
+  assert not os.path.exists(aeasgd.path(study))
+  assert os.path.isfile(os.path.join(aeasgd.path(study) + ".failed-1",
+                                     "config.json"))
+  assert "strategy: expected 'aeasgd'" in logged[0] and ".failed-1" in (
+      logged[0])
+
+
+def test_a_live_run_in_a_cell_is_left_alone_and_named(tmp_path):
+  p, agn, aeasgd = _cell_pair()
+  del p
+  path = aeasgd.path(str(tmp_path))
+  completed_cell(path, dict(identity.expected(aeasgd), seed=9))
+  # A `train` started there by hand holds the workdir's lock.
+  with subprocess.Popen(
+      [sys.executable, "-c", "import sys, time; from agn_jax import workdir; "
+       "lock = workdir.lock_workdir(sys.argv[1], create=False, owner='hand'); "
+       "lock.__enter__(); print('held', flush=True); time.sleep(60)", path],
+      cwd=REPO, stdout=subprocess.PIPE, text=True) as hand:
+    try:
+      assert hand.stdout.readline().strip() == "held"
+      said = runner._foreign(aeasgd, path, print)
+    finally:
+      hand.kill()
+  assert said.startswith("not the cell's run (grid/aeasgd-n2-l2-s0: ")
+  assert "seed: expected 0, found 9" in said and f"pid {hand.pid}" in said
+  assert os.path.isdir(path)
+  del agn
+
+
+def test_the_one_by_hand_command_parses_back_to_its_argv(tmp_path):
+  p, agn, _ = _cell_pair()
+  study = str(tmp_path / "my study's runs")
+  ctx = sections.Context(p, runner.Study(study), results_lib.Results(p, study),
+                         str(tmp_path), ("thesis", 5.0))
+  line = sections.runs_line(ctx, [agn])[0]
+  command = line[line.index("`") + 1:line.rindex("`")]
+  flagfile = design.flagfile("report_quick.flags").split("=", 1)[1]
+  assert shlex.split(command) == [
+      "python", "-m", "experiments.train",
+      "--flagfile=" + os.path.relpath(flagfile), *agn.argv()[1:],
+      f"--workdir={agn.path(study)}"]
+
+
+def test_every_archived_run_is_its_cell_s_and_its_files_agree():
+  # The committed studies (experiments/results/**/study), as the report
+  # reads them: each matches its cell's design, and its rows its summary.
+  checked = 0
+  for name, root in (("cpu", "study"), ("beyond", os.path.join("beyond",
+                                                               "study"))):
+    archive = os.path.join(REPO, "experiments", "results", root)
+    for spec in design.preset(name).runs:
+      path = spec.path(archive)
+      if os.path.isdir(path):
+        assert identity.mismatch(spec, path) is None
+        curves.read_run(path)
+        checked += 1
+  assert checked >= 90

@@ -225,3 +225,30 @@ def test_report_lists_differing_settings_and_warns_on_budget(tmp_path):
   text = sweep.report(str(tmp_path), ["agn", "aeasgd"], [2], [10],
                       configs={"agn": agn, "aeasgd": same})
   assert "Warning" not in text
+
+
+def test_strategies_take_import_paths_as_train_does(tmp_path):
+  # tests/fifth_strategy.py is a strategy written outside agn_jax: train
+  # takes it by its import path, and so does the sweep, for its runs and its
+  # strategy flagfiles alike.
+  own = tmp_path / "half.flags"
+  own.write_text("--learning_rate=0.05\n")
+  fv, argv = sweep_flags(tmp_path, [
+      "--strategies=tests.fifth_strategy:half_delta,agn",
+      f"--strategy_flagfile=tests.fifth_strategy:half_delta={own}"])
+  assert fv.strategies == ["tests.fifth_strategy:half_delta", "agn"]
+  per = sweep.strategy_overrides(fv.strategy_flagfile, sweep.shared_fields(fv))
+  config = sweep.run_config(fv, flags_lib.typed_flags(argv, fv), per,
+                            "tests.fifth_strategy:half_delta", 2, 5, "w",
+                            False)
+  assert config.strategy == "tests.fifth_strategy:half_delta"
+  assert config.learning_rate == 0.05
+  config.validate()
+  # What train refuses, the sweep refuses, in train's words.
+  for bad, said in (("tests.fifth_strategy:nothing", "cannot be imported"),
+                    ("no_such_module:f", "cannot be imported"),
+                    ("sgdx", "unknown strategy 'sgdx'")):
+    with pytest.raises(flags.IllegalFlagValueError, match=said):
+      sweep_flags(tmp_path, [f"--strategies=agn,{bad}"])
+    with pytest.raises(flags.IllegalFlagValueError, match=said):
+      sweep_flags(tmp_path, [f"--strategy_flagfile={bad}={own}"])

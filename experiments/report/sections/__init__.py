@@ -5,6 +5,7 @@ claims table opens the report, the compute ledger closes it.
 """
 
 import os
+import shlex
 import time
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
@@ -149,15 +150,30 @@ def duration(seconds: float) -> str:
   return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def by_hand(spec: design.RunSpec, study_dir: str) -> str:
+  """The shell command that trains `spec` by hand, quoted for a POSIX shell.
+
+  >>> spec = design.RunSpec(design.GRID, "agn", 2, 4, 0, 1.0, ())
+  >>> by_hand(spec, "my study")  # doctest: +NORMALIZE_WHITESPACE
+  "python -m experiments.train --strategy=agn --num_workers=2
+  --communication_window=4 --seed=0 --epochs=1
+  '--workdir=my study/grid/agn-n2-l4-s0'"
+  """
+  return shlex.join(["python", "-m", "experiments.train",
+                     *_relative(spec.argv()),
+                     f"--workdir={spec.path(study_dir)}"])
+
+
 def runs_line(ctx: Context, specs: Sequence[design.RunSpec]) -> List[str]:
-  """The command of one of the section's runs, and how many completed."""
+  """The command of one of the section's runs, how many completed, and each completed run left out and why."""
   if not specs:
     return []
   done = sum(ctx.results.get(s) is not None for s in specs)
-  spec = specs[0]
+  refused = [why for why in map(ctx.results.refusal, specs) if why]
   return [f"- **Runs:** {done} of {len(specs)} completed. One by hand: "
-          f"`{' '.join(['python -m experiments.train', *_relative(spec.argv())])}"
-          f" --workdir={spec.path(ctx.study.dir)}`.", ""]
+          f"`{by_hand(specs[0], ctx.study.dir)}`.", ""] + (
+              [f"- **Left out:** {why}" for why in refused] + [""]
+              if refused else [])
 
 
 def _relative(argv: Sequence[str]) -> List[str]:
