@@ -13,8 +13,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from agn_jax import config as config_lib
-from agn_jax.checkpoint.store import (TRAFFIC, Checkpoint, _first_line,
-                                      newest_step_on_disk)
+from agn_jax.checkpoint.store import TRAFFIC, Checkpoint, _first_line
 from agn_jax.errors import CheckpointError
 
 
@@ -269,13 +268,54 @@ def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
         f"does not fit this run's ({len(expected)} arrays)")
 
 
+def _read_meta(directory: str, step: int) -> Dict[str, Any]:
+  """Checkpoint `step`'s metadata, JSON only; CheckpointError if it cannot be read."""
+  where = f"checkpoint {step} in {directory}"
+  step_dir = os.path.join(directory, str(step))
+  if not os.path.isdir(os.path.join(step_dir, "state")):
+    raise CheckpointError(f"{where} is incomplete: no state")
+  path = os.path.join(step_dir, "meta", "metadata")
+  try:
+    with open(path, "rb") as f:
+      return json.loads(f.read().decode("utf-8"))
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f"{where} is corrupt: cannot read its metadata "
+                          f"({_first_line(e, 120)})") from None
+
+
+def newest_readable(directory: str) -> Tuple[int, Dict[str, Any]]:
+  """`(step, metadata)` of the newest checkpoint on disk whose metadata reads, as `restore` falls back.
+
+  Raises:
+    CheckpointError: there is none, or none reads (naming the newest).
+  """
+  steps = sorted((int(n) for n in os.listdir(directory) if n.isdigit()),
+                 reverse=True)
+  if not steps:
+    raise CheckpointError(f"no complete checkpoint in {directory}")
+  for step in steps:  # A link is refused, not passed over.
+    for parent, dirs, files in os.walk(os.path.join(directory, str(step))):
+      for entry in dirs + files:
+        if os.path.islink(os.path.join(parent, entry)):
+          raise CheckpointError(f"checkpoint {step} in {directory}: "
+                                f"{os.path.join(parent, entry)} is a symlink")
+  first = None
+  for step in steps:
+    try:
+      return step, _read_meta(directory, step)
+    except CheckpointError as e:
+      first = first or e
+  raise first
+
+
 def validate_for_resume(workdir: str, config: Dict[str, Any],
                         num_examples: int, layout=None) -> None:
   """Checks, before anything is written, that `workdir` can be resumed by `config`.
 
   Reads only JSON (no orbax, no JAX), so the launcher can call it before it
-  writes a file or starts a process. It validates the newest checkpoint's
-  metadata (`validate_meta`: types, ranges, commit accounting, each worker's
+  writes a file or starts a process. It validates the metadata of the
+  newest checkpoint whose metadata reads (`newest_readable`: as `restore`,
+  it passes over a damaged newer one) (`validate_meta`: types, ranges, commit accounting, each worker's
   progress against its share, `metrics_offset` against the size of
   metrics.jsonl now), that the checkpoint's run matches `config`
   (`RESUME_MUST_MATCH`) and fits it (each worker's progress within its share
@@ -299,25 +339,8 @@ def validate_for_resume(workdir: str, config: Dict[str, Any],
                             "run never follows links out of its workdir")
   if not os.path.isdir(directory):
     raise CheckpointError(f"no checkpoint directory at {directory}")
-  step = newest_step_on_disk(directory)
-  if step is None:
-    raise CheckpointError(f"no complete checkpoint in {directory}")
+  step, meta = newest_readable(directory)
   where = f"checkpoint {step} in {directory}"
-  step_dir = os.path.join(directory, str(step))
-  for parent, dirs, files in os.walk(step_dir):
-    for entry in dirs + files:
-      if os.path.islink(os.path.join(parent, entry)):
-        raise CheckpointError(f"{where}: {os.path.join(parent, entry)} is a "
-                              "symlink")
-  if not os.path.isdir(os.path.join(step_dir, "state")):
-    raise CheckpointError(f"{where} is incomplete: no state")
-  path = os.path.join(step_dir, "meta", "metadata")
-  try:
-    with open(path, "rb") as f:
-      meta = json.loads(f.read().decode("utf-8"))
-  except (OSError, ValueError) as e:
-    raise CheckpointError(f"{where} is corrupt: cannot read its metadata "
-                          f"({_first_line(e, 120)})") from None
   validate_meta(meta, step, where=where, num_examples=num_examples,
                 metrics_size=_metrics_size(workdir))
   _check_fits(meta["config"], config, meta["worker_commits"], num_examples,

@@ -143,11 +143,14 @@ class SimulatedBackend(backend_lib.Backend):
     except (ValueError, KeyError, TypeError) as e:
       raise resume_error(self.config.workdir, str(e)) from None
     self.saved_step = ckpt.step
+    # From here the run goes on from `ckpt`: newer damaged ones step aside.
+    checkpoint.set_aside_damaged(self._checkpoint_dir(), ckpt)
+    checkpoint.tell(ckpt.notes())
     self.book.handle(ev.Restored(ckpt.step, ckpt.meta.get("metrics_offset"),
                                  int(ckpt.meta.get("rejected_commits", 0)),
                                  list(ckpt.meta["worker_commits"]),
                                  ckpt.meta.get("traffic"),
-                                 ckpt.meta.get("wall_seconds")))
+                                 ckpt.meta.get("wall_seconds"), ckpt.notes()))
     self.book.open(ckpt.meta.get("metrics_offset"))
 
   # The run.
