@@ -14,7 +14,7 @@ import numpy as np
 
 from agn_jax import config as config_lib
 from agn_jax.checkpoint.store import TRAFFIC, Checkpoint, _first_line
-from agn_jax.errors import CheckpointError
+from agn_jax.errors import CheckpointError, resume_error
 
 
 # The config fields a resumed run must share with the checkpoint (marked
@@ -306,6 +306,37 @@ def newest_readable(directory: str) -> Tuple[int, Dict[str, Any]]:
     except CheckpointError as e:
       first = first or e
   raise first
+
+
+def check_saved_run(workdir: str, config: Dict[str, Any]) -> None:
+  """Checks the newest checkpoint's run against `config`, from JSON alone, before anything `config` names is imported.
+
+  A resume's config comes from the workdir's config.json, which may name
+  plug-ins (`package.module:function`); a run imports them when its config
+  is validated. This check comes first, so a mismatch is reported before
+  any module it names (say one planted in the workdir) is imported:
+  `validate_meta` of the checkpoint and the settings that must match
+  (`RESUME_MUST_MATCH`). Does nothing where there is no checkpoint (the
+  launcher decides what to do then).
+
+  Args:
+    workdir: the run's directory.
+    config: the resumed run's `TrainConfig.to_dict()` (not validated yet).
+
+  Raises:
+    CheckpointError: "cannot resume from WORKDIR: ...", one line.
+  """
+  directory = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(directory) or os.path.islink(directory) or not any(
+      name.isdigit() for name in os.listdir(directory)):
+    return
+  try:
+    step, meta = newest_readable(directory)
+    where = f"checkpoint {step} in {directory}"
+    validate_meta(meta, step, where=where)
+    _check_fits(meta["config"], config, meta["worker_commits"], None, where)
+  except CheckpointError as e:
+    raise resume_error(workdir, str(e)) from None
 
 
 def validate_for_resume(workdir: str, config: Dict[str, Any],

@@ -129,6 +129,10 @@ def train(config: TrainConfig,
     >>> summary["num_commits"] == sum(summary["worker_commits"])  # doctest: +SKIP
     True
   """
+  if config.resume and isinstance(config.workdir, str):
+    # Before the config is validated: that imports the plug-ins it names.
+    from agn_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    checkpoint.check_saved_run(config.workdir, config.to_dict())
   config = config.validate()
   if config.resume and not os.path.isdir(config.workdir):
     raise resume_error(config.workdir, "no such directory")

@@ -349,6 +349,33 @@ def test_resume_with_a_different_model(interrupted, tmp_path):
   assert snapshot(workdir) == before
 
 
+def test_a_resume_checks_the_checkpoint_before_it_imports_a_plug_in(
+    interrupted, tmp_path):
+  # config.json names a model in a module planted in the workdir, the
+  # current directory (first on sys.path): the checkpoint's run differs,
+  # and that is said before the module can run.
+  workdir = tmp_path / "run"
+  shutil.copytree(interrupted[0], workdir)
+  (workdir / "planted.py").write_text(
+      "import pathlib\npathlib.Path('MARKER').write_text('imported')\n"
+      "def model(**kwargs):\n  raise SystemExit(3)\n")
+  config = json.loads((workdir / "config.json").read_text())
+  (workdir / "config.json").write_text(json.dumps(dict(config,
+                                                       model="planted:model")))
+  before = snapshot(workdir)
+  result = subprocess.run(
+      [sys.executable, "-m", "experiments.train", "--resume", "--workdir=.",
+       "--epochs=1000"], cwd=workdir, capture_output=True, text=True,
+      timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+  line = assert_one_line_error(result)
+  assert result.returncode == 1
+  assert line.startswith("train: error: cannot resume from .: the checkpoint "
+                         "is of a different run (model='mlp'; this run has "
+                         "model='planted:model')")
+  assert not (workdir / "MARKER").exists()
+  assert snapshot(workdir) == before
+
+
 def test_resume_on_the_simulated_backend_is_one_line(interrupted, tmp_path):
   # A processes checkpoint holds no worker state; the simulator needs all.
   workdir = tmp_path / "run"
