@@ -14,8 +14,8 @@ run that would continue it. Both are exported here.
 
 # pylint: disable=unused-import
 from agn_jax.checkpoint.resume import (RESUME_MUST_MATCH, check_resumable,
-                                       check_saved_run, validate_for_resume,
-                                       validate_meta)
+                                       check_same_run, check_saved_run,
+                                       validate_for_resume, validate_meta)
 from agn_jax.checkpoint.store import (TRAFFIC, Checkpoint, Checkpointer,
                                       Meta, array_checksum, checksums_of,
                                       latest_step, newest_step_on_disk,

@@ -207,10 +207,19 @@ def _metrics_size(workdir: Optional[str]) -> Optional[int]:
     return 0
 
 
-def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
-                progress: Sequence[int], num_examples: Optional[int],
-                where: str) -> None:
-  """The checkpoint's run and this one agree where they must; its progress fits this run."""
+def check_same_run(saved: Dict[str, Any], config: Dict[str, Any],
+                   whose: str = "the checkpoint") -> None:
+  """Raises CheckpointError unless the saved settings (`whose`) and `config` agree on `RESUME_MUST_MATCH`.
+
+  Example:
+    >>> from agn_jax.config import TrainConfig
+    >>> check_same_run(TrainConfig().to_dict(), TrainConfig().to_dict())
+    >>> check_same_run(TrainConfig(seed=1).to_dict(), TrainConfig().to_dict(),
+    ...                "config.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    agn_jax.errors.CheckpointError: config.json is of a different run (seed=1; this run has seed=0); ...
+  """
   # A setting newer than the checkpoint had its default then.
   saved = {k: saved.get(k, config_lib.setting_field(k).default)
            for k in RESUME_MUST_MATCH}
@@ -219,8 +228,15 @@ def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
     was = ", ".join(f"{k}={saved.get(k)!r}" for k in differ)
     now = ", ".join(f"{k}={config.get(k)!r}" for k in differ)
     raise CheckpointError(
-        f"the checkpoint is of a different run ({was}; this run has {now}); "
+        f"{whose} is of a different run ({was}; this run has {now}); "
         f"these must match to resume: {', '.join(RESUME_MUST_MATCH)}")
+
+
+def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
+                progress: Sequence[int], num_examples: Optional[int],
+                where: str) -> None:
+  """The checkpoint's run and this one agree where they must; its progress fits this run."""
+  check_same_run(saved, config)
   if num_examples is not None:
     over = _over_share(progress, num_examples, config)
     if over:

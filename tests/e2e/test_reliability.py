@@ -7,6 +7,7 @@ the end; Ctrl-C ends the CLI within 10 s with a final checkpoint, and
 --resume continues that run; a bad --resume is one line and touches nothing.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -307,6 +308,92 @@ def test_resume_from_a_missing_workdir(tmp_path, monkeypatch, capsys):
   with pytest.raises(CheckpointError, match="no checkpoint in"):
     train(TrainConfig(workdir=str(workdir), resume=True))
   assert os.listdir(workdir) == ["checkpoints"]
+
+
+# soak: test_resume_without_a_checkpoint_starts_afresh_in_the_same_run's
+# workdir as this one leaves it, in the suite.
+@pytest.mark.soak
+def test_a_run_interrupted_before_its_first_checkpoint_resumes_afresh(
+    tmp_path):
+  # SIGINT once the run owns its workdir (metrics.jsonl), before its server
+  # has started: summary.json, config.json, no checkpoint.
+  workdir = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", *TINY, "--epochs=0.5",
+       "--noplots", "--checkpoint_every_seconds=3600", f"--workdir={workdir}"],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 90
+    while not (workdir / "metrics.jsonl").exists():
+      assert process.poll() is None, process.communicate()[1][-3000:]
+      assert time.monotonic() < deadline
+      time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+  assert process.returncode == 130, stderr[-3000:]
+  assert json.loads((workdir / "summary.json").read_text())["interrupted"]
+  assert not checkpoint.newest_step_on_disk(str(workdir / "checkpoints"))
+  # A fresh run there is refused (it holds a run); a resume starts it
+  # afresh, saying so, and does the whole share.
+  result = run_cli("--resume", "--noplots", f"--workdir={workdir}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  [line] = [l for l in result.stderr.splitlines() if "no checkpoint" in l]
+  assert line.endswith(f"no checkpoint in {workdir / 'checkpoints'}: the run "
+                       "stopped before its first one; starting it afresh at "
+                       "commit 0")
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["outcome"] == "completed"
+  # 0.5 epochs of digits' training set, in windows of λ × batch per worker.
+  share = len(data.load("digits", seed=0).x_train) // 2 // 2 // (4 * 32)
+  assert summary["num_commits"] == 2 * share > 0
+  clocks = [r["clock"] for r in metrics_rows(workdir, ["commit"])]
+  assert clocks == list(range(1, 2 * share + 1))
+
+
+def test_resume_without_a_checkpoint_starts_afresh_in_the_same_run(
+    tmp_path, caplog):
+  # What a run stopped before its first checkpoint leaves (the soak test
+  # above, for real): its config, an interrupted summary, its first rows.
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints").mkdir(parents=True)
+  config = TrainConfig(dataset="digits", num_workers=2, communication_window=5,
+                       hidden_sizes=(8,), batch_size=16, epochs=0.5,
+                       backend="simulated", workdir=str(workdir)).validate()
+  (workdir / "config.json").write_text(json.dumps(config.to_record()))
+  (workdir / "summary.json").write_text(json.dumps(
+      {"outcome": "interrupted", "num_commits": 0, "epochs": 0.5}))
+  (workdir / "metrics.jsonl").write_text('{"event": "eval", "clock": 0}\n')
+  before = snapshot(workdir)
+  # Another run's settings: named, nothing touched.
+  with pytest.raises(CheckpointError, match=(
+      r"config.json is of a different run \(hidden_sizes=\[8\]; this run has "
+      r"hidden_sizes=\[16\]\)")):
+    train(dataclasses.replace(config, hidden_sizes=(16,), resume=True))
+  assert snapshot(workdir) == before
+  # The same run: from commit 0, saying so, its whole share.
+  summary = train(dataclasses.replace(config, resume=True))
+  [line] = [r.getMessage() for r in caplog.records
+            if "no checkpoint" in r.getMessage()]
+  assert line == (f"no checkpoint in {workdir / 'checkpoints'}: the run "
+                  "stopped before its first one; starting it afresh at "
+                  "commit 0")
+  assert summary["outcome"] == "completed"
+  # Half an epoch of digits' training set per worker's half, in windows of
+  # λ × batch.
+  share = len(data.load("digits", seed=0).x_train) // 2 // 2 // (5 * 16)
+  assert summary["num_commits"] == 2 * share > 0
+  assert [r["clock"] for r in metrics_rows(workdir, ["commit"])] == list(
+      range(1, 2 * share + 1))
+  # A run that completed without checkpoints is not trained again.
+  shutil.rmtree(workdir / "checkpoints")
+  before = snapshot(workdir)
+  with pytest.raises(CheckpointError, match="the run completed without one"):
+    train(dataclasses.replace(config, epochs=2.0, resume=True))
+  assert snapshot(workdir) == before
 
 
 def test_resume_from_a_corrupt_checkpoint(interrupted, tmp_path):
