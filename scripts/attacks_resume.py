@@ -59,6 +59,11 @@ class ResumeAttacks:
     """the same on the processes backend"""
     return self._flipped_bit_refused("flipped_processes", *RUN)
 
+  def attack_19k(self):
+    """the same on the Ray backend (its server restores as the processes one)"""
+    return self._flipped_bit_refused("flipped_ray", *RAY,
+                                     "--communication_window=5")
+
   # 19c-d. The newest checkpoint damaged, the one before intact: fall back.
 
   def _falls_back(self, workdir, newest, older, epochs, commits):
