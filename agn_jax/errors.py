@@ -61,6 +61,11 @@ class CheckpointError(ValueError):
   """A checkpoint is missing, corrupt or does not fit the run."""
 
 
+def resume_error(workdir, message) -> CheckpointError:
+  """Why the run in `workdir` cannot be resumed, in the one form every resume check reports."""
+  return CheckpointError(f"cannot resume from {workdir}: {message}")
+
+
 class RayStartError(RuntimeError):
   """The local Ray instance could not start."""
 

@@ -30,10 +30,12 @@ from absl import logging
 import numpy as np
 import tqdm
 
+from agn_jax import checkpoint
 from agn_jax import config as config_lib
 from agn_jax import runtime
 from agn_jax import tasks
 from agn_jax.config import TrainConfig
+from agn_jax.errors import CheckpointError
 from experiments import compare
 from experiments import curves
 from experiments import flags as flags_lib
@@ -326,10 +328,14 @@ def main(argv):
                                    "continue")
       flags_lib.check_workdir(FLAGS.workdir, resume=True)
       config = flags_lib.resumed_config(FLAGS, FLAGS.workdir, typed)
+      # Before `validate` imports the plug-ins config.json names.
+      checkpoint.check_saved_run(config.workdir, config.to_dict())
     else:
       config = flags_lib.config_from_flags(FLAGS, typed)
       flags_lib.check_workdir(config.workdir, resume=False)
     config.validate()
+  except CheckpointError as e:  # Not the command line: the workdir's files.
+    flags_lib.exit_with_error(program, e)
   except (flags_lib.UsageError, ValueError) as e:
     flags_lib.exit_with_error(program, e, status=2)
 

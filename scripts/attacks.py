@@ -6,10 +6,12 @@ start-up interrupted, a full disk, flagfile cycles, and the outcome every
 ended run records in summary.json. Attacks 16-18 (round four) live in
 attacks_flags.py (bad flag values, --help, configs), attacks_data.py (data
 files, studies, compare) and attacks_runtime.py (completion, traces, leaks);
-attacks 20 (round five) in attacks_plugins.py (a user's dataset, task and
-model that break their contract), attacks 21 in attacks_readers.py (a cell's
-own run, a run's files that agree, the report's commands, import paths in
-sweeps); attacklib.py holds the helpers they share.
+attacks 19 (round five) in attacks_resume.py (damaged checkpoints, resumes
+that must go on, plug-ins imported only after the checkpoint's check),
+attacks 20 in attacks_plugins.py (a user's dataset, task and model that break
+their contract), attacks 21 in attacks_readers.py (a cell's own run, a run's
+files that agree, the report's commands, import paths in sweeps);
+attacklib.py holds the helpers they share.
 
 Every attack runs `python -m experiments.train | compare | sweep` as a user
 would, in a temporary directory, on small runs (digits, 2 workers, 2 epochs).
@@ -39,12 +41,13 @@ from attacks_data import DataAttacks
 from attacks_flags import FlagAttacks
 from attacks_plugins import PluginAttacks
 from attacks_readers import ReaderAttacks
+from attacks_resume import ResumeAttacks
 from attacks_runtime import RuntimeAttacks
 # pylint: enable=g-import-not-at-top,wildcard-import,unused-wildcard-import
 
 
-class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks, PluginAttacks,
-              ReaderAttacks):
+class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks, ResumeAttacks,
+              PluginAttacks, ReaderAttacks):
   """The attacks, each a method that raises `Failed` or returns a note."""
 
   def __init__(self, root: str):

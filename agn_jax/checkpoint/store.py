@@ -3,15 +3,23 @@
 Orbax writes each checkpoint into a temporary directory and renames it only
 once complete, so a crash during a save leaves the previous checkpoint usable.
 Nothing is ever loaded with pickle: arrays are stored by orbax, metadata as JSON.
+
+Every checkpoint records the SHA-256 of each array it holds (`Meta.checksums`,
+written by `Checkpointer.save`); `restore` verifies them before it returns
+anything, and falls back to the previous checkpoint when the newest is
+damaged (a flipped bit anywhere in its array data, a file orbax cannot
+read), naming the damaged one.
 """
 
 import contextlib
+import hashlib
 import logging
 import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 import numpy as np
 
@@ -27,12 +35,35 @@ class Checkpoint(NamedTuple):
     center: the flat float32 center.
     server_leaves: the leaves of the server state (`jax.tree.leaves`), numpy.
     meta: JSON metadata (config, commit count, metrics position, ...).
+    verified: whether its arrays matched the checksums they were saved with
+      (False: a checkpoint written before checksums were recorded).
+    damaged: newer checkpoints `restore` passed over, one line each saying
+      why; empty when the newest was read.
   """
 
   step: int
   center: np.ndarray
   server_leaves: List[np.ndarray]
   meta: Dict[str, Any]
+  verified: bool = True
+  damaged: Tuple[str, ...] = ()
+
+  def notes(self) -> List[str]:
+    """What a resume from it should tell the user, one line each: damaged checkpoints passed over, an unverified one used.
+
+    Example:
+      >>> Checkpoint(8, None, [], {}, damaged=("checkpoint 16 in d is "
+      ...            "damaged: x",)).notes()
+      ['checkpoint 16 in d is damaged: x; resuming from checkpoint 8, the newest intact one']
+      >>> Checkpoint(8, None, [], {}, verified=False).notes()
+      ['checkpoint 8 records no checksums (written by an older version): its arrays are used unverified']
+    """
+    notes = [f"{line}; resuming from checkpoint {self.step}, the newest "
+             "intact one" for line in self.damaged]
+    if not self.verified:
+      notes.append(f"checkpoint {self.step} records no checksums (written by "
+                   "an older version): its arrays are used unverified")
+    return notes
 
 
 # A checkpoint's traffic (`Meta.traffic`), per worker: the names
@@ -68,6 +99,10 @@ class Meta(NamedTuple):
       run's earlier sittings included: what a resume books before its own.
     wall_seconds: the run's wall seconds when it was written, its earlier
       sittings included (`summary.json`'s `wall_seconds` so far).
+    checksums: the SHA-256 of each array the checkpoint holds
+      (`checksums_of`: `{"center": hex, "server": [hex, ...]}`), added by
+      `Checkpointer.save` to whatever metadata it is given; `restore`
+      verifies them.
 
   Example:
     >>> Meta(3, 0, [2, 1], {}, [], time=1.0).to_json()["worker_commits"]
@@ -87,6 +122,7 @@ class Meta(NamedTuple):
   simulation: Optional[Dict[str, Any]] = None
   traffic: Optional[Dict[str, List[int]]] = None
   wall_seconds: Optional[float] = None
+  checksums: Optional[Dict[str, Any]] = None
 
   @classmethod
   def now(cls, *, layout, **fields) -> "Meta":
@@ -111,6 +147,52 @@ class Meta(NamedTuple):
     """The JSON object a checkpoint stores: every field that is set."""
     return {k: v for k, v in self._asdict().items()
             if v is not None or k == "metrics_offset"}
+
+
+def array_checksum(array) -> str:
+  """The SHA-256 of an array's dtype, shape and bytes, in hex.
+
+  Example:
+    >>> a = np.arange(3, dtype=np.float32)
+    >>> array_checksum(a) == array_checksum(a.copy())
+    True
+    >>> array_checksum(a) == array_checksum(a.astype(np.int32))
+    False
+  """
+  array = np.asarray(array)
+  digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+  digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+  return digest.hexdigest()
+
+
+def checksums_of(center, server_leaves: Sequence[Any]) -> Dict[str, Any]:
+  """`Meta.checksums` of a checkpoint's arrays: `{"center": hex, "server": [hex, ...]}`."""
+  return {"center": array_checksum(center),
+          "server": [array_checksum(x) for x in server_leaves]}
+
+
+def _verify(center, server_leaves, meta, where: str) -> bool:
+  """Whether the arrays carry checksums and match them (False: none recorded).
+
+  Raises:
+    CheckpointError: "`where` is damaged: ..." naming the first array that
+      differs from what was saved.
+  """
+  saved = meta.get("checksums")
+  if saved is None:
+    return False
+  if (not isinstance(saved, dict) or not isinstance(saved.get("server"), list)
+      or len(saved["server"]) != len(server_leaves)):
+    raise CheckpointError(f"{where} is damaged: its checksums do not "
+                          f"describe its {1 + len(server_leaves)} arrays")
+  arrays = [("its center", center, saved.get("center"))] + [
+      (f"its server state's array {i}", x, saved["server"][i])
+      for i, x in enumerate(server_leaves)]
+  for name, array, expected in arrays:
+    if array_checksum(array) != expected:
+      raise CheckpointError(f"{where} is damaged: {name} differs from what "
+                            "was saved (SHA-256 mismatch)")
+  return True
 
 
 def _manager(directory: str, create: bool):
@@ -198,10 +280,12 @@ class Checkpointer:
     """Writes a checkpoint atomically; blocks until it is on disk."""
     remove_unfinished_saves(self._directory)
     ocp = self._ocp
-    state = {
-        "center": np.asarray(center),
-        "server": {f"{i:04d}": np.asarray(x) for i, x in enumerate(server_leaves)}
-    }
+    center = np.asarray(center)
+    leaves = [np.asarray(x) for x in server_leaves]
+    state = {"center": center,
+             "server": {f"{i:04d}": x for i, x in enumerate(leaves)}}
+    # Of the very arrays written: `restore` refuses any that differ.
+    meta = dict(meta, checksums=checksums_of(center, leaves))
     try:
       with _quiet_orbax():
         self._manager.save(
@@ -381,28 +465,58 @@ def latest_step(directory: str) -> Optional[int]:
 
 
 def restore(directory: str) -> Checkpoint:
-  """Reads the newest complete checkpoint in `directory`.
+  """Reads the newest intact checkpoint in `directory`.
 
-  Whatever orbax, tensorstore or asyncio raise on a truncated or damaged
-  checkpoint (including an intermittent `RuntimeError: Event loop is
-  closed`) becomes one `CheckpointError` line naming the directory.
+  Each checkpoint's arrays are verified against the checksums it recorded
+  (`Meta.checksums`) before anything is returned. A damaged one (a
+  mismatch, or files orbax cannot read) is passed over for the one before
+  it, and `Checkpoint.damaged` says which and why; a checkpoint that
+  records no checksums (written by an older version) is returned with
+  `verified=False`. Whatever orbax, tensorstore or asyncio raise on a
+  truncated or damaged checkpoint (including an intermittent
+  `RuntimeError: Event loop is closed`) becomes one line naming it.
 
   Raises:
-    CheckpointError: when there is none, or it cannot be read.
+    CheckpointError: when there is none, or none is intact (naming the
+      newest and why).
   """
   if not os.path.isdir(directory):
     raise CheckpointError(f"no checkpoint directory at {directory}")
   # Before orbax runs: its echoes of a failure can come from another thread
   # before the failure itself reaches us.
   _silence_orphaned_errors()
-  step = None
   try:
     with _quiet_orbax():
+      _, manager = _manager(directory, create=False)
+      try:
+        steps = sorted(manager.all_steps(), reverse=True)
+      finally:
+        manager.close()
+  except Exception as e:  # pylint: disable=broad-except
+    raise CheckpointError(f"cannot read the checkpoints in {directory}: "
+                          f"{_first_line(e)}") from None
+  if not steps:
+    raise CheckpointError(f"no complete checkpoint in {directory}")
+  damaged = []
+  for step in steps:
+    try:
+      return _read(directory, int(step))._replace(damaged=tuple(damaged))
+    except CheckpointError as e:
+      damaged.append(str(e))
+  older = len(damaged) - 1
+  raise CheckpointError(damaged[0] + (
+      f"; the {older} older one{'s are' if older > 1 else ' is'} damaged too"
+      if older else ""))
+
+
+def _read(directory: str, step: int) -> Checkpoint:
+  """Checkpoint `step` in `directory`, its arrays verified; CheckpointError if it is damaged."""
+  where = f"checkpoint {step} in {directory}"
+  try:
+    with _quiet_orbax():
+      # A manager of its own: a failed read leaves orbax's in an unknown state.
       ocp, manager = _manager(directory, create=False)
       try:
-        step = manager.latest_step()
-        if step is None:
-          raise CheckpointError(f"no complete checkpoint in {directory}")
         restored = manager.restore(
             step,
             args=ocp.args.Composite(
@@ -412,26 +526,55 @@ def restore(directory: str) -> Checkpoint:
       state, meta = restored.state, restored.meta
       if (not isinstance(meta, dict) or not isinstance(state, dict) or
           "center" not in state):
-        raise CheckpointError(f"checkpoint {step} in {directory} is "
-                              "incomplete")
+        raise CheckpointError(f"{where} is incomplete")
       server = state.get("server") or {}
       leaves = [np.asarray(server[k]) for k in sorted(server)]
-      center = np.asarray(state["center"], np.float32)
+      center = np.asarray(state["center"])
   except CheckpointError:
     raise
   except Exception as e:  # pylint: disable=broad-except
     # Orbax raises many types for damaged files.
-    which = f"checkpoint {step}" if step is not None else "the checkpoint"
-    raise CheckpointError(f"{which} in {directory} is corrupt: "
-                          f"{_first_line(e)}") from None
-  return Checkpoint(int(step), center, leaves, meta)
+    raise CheckpointError(f"{where} is corrupt: {_first_line(e)}") from None
+  verified = _verify(center, leaves, meta, where)
+  return Checkpoint(step, center.astype(np.float32, copy=False), leaves, meta,
+                    verified)
+
+
+def tell(notes: Sequence[str]) -> None:
+  """Tells the user what a resume should know (`Checkpoint.notes`), one warning line each."""
+  for note in notes:
+    logging.getLogger("agn_jax.checkpoint").warning("%s", note)
+
+
+def set_aside_damaged(directory: str, ckpt: Checkpoint) -> List[str]:
+  """Renames the newer checkpoints `restore` passed over to `<step>.damaged`; returns the new paths.
+
+  Called once a resume from `ckpt` is under way: the run's next saves may
+  reach those steps again, and the damaged files stay for whoever wants
+  to look at them (orbax and `newest_step_on_disk` ignore the name).
+  """
+  moved = []
+  for step in (s for s in _steps_in(directory) if s > ckpt.step):
+    source = os.path.join(directory, str(step))
+    target = source + ".damaged"
+    suffix = 1
+    while os.path.lexists(target):
+      suffix += 1
+      target = f"{source}.damaged{suffix}"
+    os.rename(source, target)
+    moved.append(target)
+  return moved
+
+
+def _steps_in(directory: str) -> List[int]:
+  try:
+    names = os.listdir(directory)
+  except OSError:
+    return []
+  return [int(name) for name in names if name.isdigit()]
 
 
 def newest_step_on_disk(directory: str) -> Optional[int]:
   """The newest finalized step directory (orbax renames a step into place when it is complete)."""
-  try:
-    names = os.listdir(directory)
-  except OSError:
-    return None
-  steps = [int(name) for name in names if name.isdigit()]
+  steps = _steps_in(directory)
   return max(steps) if steps else None

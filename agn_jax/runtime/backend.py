@@ -475,6 +475,8 @@ class ServerBackend(Backend):
       if ended and self.book.restored is None:
         self._on_exit(ended[0])  # Raises why, if the server said.
         raise RunError("server exited before restoring the checkpoint")
+    from agn_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    checkpoint.tell(self.book.restored.notes)
     self.book.open(self.book.restored.metrics_offset)
 
   def _write_pids(self):

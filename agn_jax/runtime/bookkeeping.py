@@ -24,7 +24,7 @@ import numpy as np
 
 from agn_jax import metric_writers, metrics
 from agn_jax.config import TrainConfig
-from agn_jax.errors import CheckpointError, RunError
+from agn_jax.errors import RunError, resume_error
 from agn_jax.runtime import events as ev
 
 Progress = Callable[[Dict[str, object]], None]
@@ -70,10 +70,6 @@ def outcome_error(summary: Dict[str, object]) -> Optional[str]:
     return (f"the simulated clock ended at {seconds} seconds: the "
             "--speed_model's times are not finite")
   return None
-
-
-def resume_error(workdir, message) -> CheckpointError:
-  return CheckpointError(f"cannot resume from {workdir}: {message}")
 
 
 def read_json(path: pathlib.Path) -> Optional[dict]:

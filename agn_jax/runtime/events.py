@@ -68,7 +68,9 @@ class Restored(NamedTuple):
 
   `traffic` is the checkpoint's per-worker bytes
   (`agn_jax.checkpoint.Meta.traffic`) and `wall_seconds` the run's wall
-  seconds up to it; None where it records none.
+  seconds up to it; None where it records none. `notes` are what the user
+  is told of it (`agn_jax.checkpoint.Checkpoint.notes`: a damaged newer
+  checkpoint passed over, an unverified one used), one line each.
   """
   clock: int
   metrics_offset: Optional[int]
@@ -76,6 +78,7 @@ class Restored(NamedTuple):
   worker_commits: Sequence[int]
   traffic: Optional[Dict[str, Sequence[int]]] = None
   wall_seconds: Optional[float] = None
+  notes: Sequence[str] = ()
   kind = "restored"
 
 

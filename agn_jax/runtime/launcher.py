@@ -6,6 +6,8 @@ this module takes the workdir, wires the two together and sees the run
 through to its end however it ends.
 """
 
+import dataclasses
+import logging
 import os
 import pathlib
 import signal
@@ -19,7 +21,7 @@ from agn_jax.config import TrainConfig
 from agn_jax.errors import NothingToDo, RunError, Terminated, WorkdirError
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime.bookkeeping import (RunBook, completed_summary,
-                                         resume_error)
+                                         read_json, resume_error)
 from agn_jax.runtime.context import Faults
 
 Progress = Callable[[Dict[str, object]], None]
@@ -38,23 +40,41 @@ def _raise_interrupt(signum, frame):
   raise Terminated(f"received signal {signum}")
 
 
-def _check_resume(config: TrainConfig) -> None:
+def _check_resume(config: TrainConfig) -> TrainConfig:
   """Before anything starts or is written: is there a run to resume, and anything left to do?
 
-  The server reads and checks the checkpoint itself.
+  The server reads and checks the checkpoint itself. A run stopped before
+  its first checkpoint (Ctrl-C while it started) has none: it starts afresh
+  in its workdir, at commit 0, when its config.json is this run's.
+
+  Returns:
+    The config to run: `config`, or without a checkpoint, the same with
+    `resume=False`.
   """
   workdir = pathlib.Path(config.workdir)
   directory = workdir / "checkpoints"
   steps = [p for p in directory.iterdir() if p.name.isdigit()
           ] if directory.is_dir() else []
-  if not steps:
-    raise resume_error(workdir, f"no checkpoint in {directory}")
   done = completed_summary(workdir)
+  if not steps:
+    saved = read_json(workdir / "config.json")
+    if done is not None or saved is None:
+      raise resume_error(workdir, f"no checkpoint in {directory}" + (
+          "; the run completed without one" if done is not None else
+          " and no config.json to start the run afresh from"))
+    from agn_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    checkpoint.check_same_run(saved, config.to_dict(),
+                              f"{workdir / 'config.json'}")
+    logging.getLogger("agn_jax.runtime").warning(
+        "no checkpoint in %s: the run stopped before its first one; starting "
+        "it afresh at commit 0", directory)
+    return dataclasses.replace(config, resume=False)
   if done is not None and not config.epochs > done.get("epochs", 0):
     raise NothingToDo(
         f"the run in {workdir} completed already ({done.get('num_commits')} "
         f"commits, {done.get('epochs')} epochs); nothing to do (a larger "
         f"--epochs continues it)")
+  return config
 
 
 def train(config: TrainConfig,
@@ -94,11 +114,17 @@ def train(config: TrainConfig,
       `config.checkpoint_every_seconds` and at the end.
     * `config.resume` continues the run in `config.workdir` from its newest
       checkpoint: the clock continues, metrics.jsonl is cut back to the
-      checkpoint and appended to, each worker continues its share. A missing,
-      corrupt or incompatible checkpoint (see
-      `agn_jax.checkpoint.RESUME_MUST_MATCH`) raises `CheckpointError`
-      before any file is written; a run that completed raises `NothingToDo`
-      unless `config.epochs` grew.
+      checkpoint and appended to, each worker continues its share. Each
+      checkpoint's arrays are verified against the SHA-256 it recorded: a
+      damaged newest one is passed over for the one before (a warning names
+      it; it is kept as `checkpoints/STEP.damaged`). A run stopped before
+      its first checkpoint starts afresh at commit 0 in its workdir (a
+      warning says so) when its config.json is this config's run. No intact
+      checkpoint, or an incompatible one (see
+      `agn_jax.checkpoint.RESUME_MUST_MATCH`, checked before any plug-in the
+      config names is imported), raises `CheckpointError` before any file
+      is written; a run that completed raises `NothingToDo` unless
+      `config.epochs` grew.
 
   Args:
     config: the run; settings left None take the strategy's paper defaults.
@@ -129,6 +155,10 @@ def train(config: TrainConfig,
     >>> summary["num_commits"] == sum(summary["worker_commits"])  # doctest: +SKIP
     True
   """
+  if config.resume and isinstance(config.workdir, str):
+    # Before the config is validated: that imports the plug-ins it names.
+    from agn_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    checkpoint.check_saved_run(config.workdir, config.to_dict())
   config = config.validate()
   if config.resume and not os.path.isdir(config.workdir):
     raise resume_error(config.workdir, "no such directory")
@@ -139,7 +169,7 @@ def train(config: TrainConfig,
     # left its segments and semaphores behind; the lock says it is gone.
     backend_lib.unlink_dead_run_leftovers(config.workdir)
     if config.resume:
-      _check_resume(config)
+      config = _check_resume(config)
     elif set(workdir_lib.entries(config.workdir)) & set(workdir_lib.RUN_ENTRIES):
       raise WorkdirError(
           f"workdir {config.workdir} holds another run's results; resume it "

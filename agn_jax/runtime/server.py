@@ -227,6 +227,8 @@ class _Server:
     except CheckpointError as e:
       self.ctx.events.put(events.ResumeFailed(str(e)))
       return None
+    # From here the run goes on from `ckpt`: newer damaged ones step aside.
+    checkpoint.set_aside_damaged(self.checkpoint_dir, ckpt)
     leaves = [
         jnp.asarray(x, dtype=t.dtype)
         for x, t in zip(ckpt.server_leaves, jax.tree.leaves(template_state))
@@ -301,7 +303,7 @@ class _Server:
       ctx.events.put(events.Restored(
           self.clock, ckpt.meta.get("metrics_offset"), self.rejected,
           list(ckpt.meta["worker_commits"]), traffic,
-          ckpt.meta.get("wall_seconds")))
+          ckpt.meta.get("wall_seconds"), ckpt.notes()))
     elif self.tickets is not None:
       for w in range(config.num_workers):
         transport.set_window_plan(w, WindowPlan(0, 0, *self._ticket(

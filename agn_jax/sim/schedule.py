@@ -227,6 +227,13 @@ class EventSchedule:
       self._assigned = [[(int(a), int(b)) for a, b in mine]
                         for mine in state["tickets"]]
       self.tickets.taken = int(state["tickets_taken"])
+      # A worker without a ticket found the stream spent when it asked; a
+      # resume with more epochs has more to hand out: the next steps go to
+      # those workers in the order they asked (when each was ready).
+      idle = [k for k in range(n)
+              if self._next_window[k] >= len(self._assigned[k])]
+      for k in sorted(idle, key=lambda k: (self._ready[k], k)):
+        self._give(k)
     self._build_heap()
 
 

@@ -7,6 +7,7 @@ the end; Ctrl-C ends the CLI within 10 s with a final checkpoint, and
 --resume continues that run; a bad --resume is one line and touches nothing.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -24,8 +25,9 @@ from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.errors import CheckpointError
 from agn_jax.runtime import Fault, Faults, RunError, train
 from helpers import (assert_nothing_left, assert_one_line_error,
-                     metrics_rows, run_cli, snapshot, train_here,
-                     tiny_config, train_in_process, train_with_two_failures)
+                     damage_checkpoint, metrics_rows, run_cli, snapshot,
+                     train_here, tiny_config, train_in_process,
+                     train_with_two_failures)
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -308,20 +310,125 @@ def test_resume_from_a_missing_workdir(tmp_path, monkeypatch, capsys):
   assert os.listdir(workdir) == ["checkpoints"]
 
 
+# soak: test_resume_without_a_checkpoint_starts_afresh_in_the_same_run's
+# workdir as this one leaves it, in the suite.
+@pytest.mark.soak
+def _interrupt_before_the_first_checkpoint(workdir):
+  """SIGINT once the run owns `workdir` (metrics.jsonl); whether that was before any checkpoint."""
+  process = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train", *TINY, "--epochs=0.5",
+       "--noplots", "--checkpoint_every_seconds=3600", f"--workdir={workdir}"],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 90
+    while not (workdir / "metrics.jsonl").exists():
+      assert process.poll() is None, process.communicate()[1][-3000:]
+      assert time.monotonic() < deadline
+      time.sleep(0.005)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+  assert process.returncode == 130, stderr[-3000:]
+  assert json.loads((workdir / "summary.json").read_text())["interrupted"]
+  return checkpoint.newest_step_on_disk(str(workdir / "checkpoints")) is None
+
+
+def test_a_run_interrupted_before_its_first_checkpoint_resumes_afresh(
+    tmp_path):
+  # Once the server is up, an interrupt ends with a final checkpoint: the
+  # signal must land before (summary.json, config.json, no checkpoint).
+  for attempt in range(5):
+    workdir = tmp_path / f"run{attempt}"
+    if _interrupt_before_the_first_checkpoint(workdir):
+      break
+  else:
+    pytest.fail("5 interrupts all came after the server's start")
+  # A fresh run there is refused (it holds a run); a resume starts it
+  # afresh, saying so, and does the whole share.
+  result = run_cli("--resume", "--noplots", f"--workdir={workdir}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  [line] = [l for l in result.stderr.splitlines() if "no checkpoint" in l]
+  assert line.endswith(f"no checkpoint in {workdir / 'checkpoints'}: the run "
+                       "stopped before its first one; starting it afresh at "
+                       "commit 0")
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["outcome"] == "completed"
+  # 0.5 epochs of digits' training set, in windows of λ × batch per worker.
+  share = len(data.load("digits", seed=0).x_train) // 2 // 2 // (4 * 32)
+  assert summary["num_commits"] == 2 * share > 0
+  clocks = [r["clock"] for r in metrics_rows(workdir, ["commit"])]
+  assert clocks == list(range(1, 2 * share + 1))
+
+
+def test_resume_without_a_checkpoint_starts_afresh_in_the_same_run(
+    tmp_path, caplog):
+  # What a run stopped before its first checkpoint leaves (the soak test
+  # above, for real): its config, an interrupted summary, its first rows.
+  workdir = tmp_path / "run"
+  (workdir / "checkpoints").mkdir(parents=True)
+  config = TrainConfig(dataset="digits", num_workers=2, communication_window=5,
+                       hidden_sizes=(8,), batch_size=16, epochs=0.5,
+                       backend="simulated", workdir=str(workdir)).validate()
+  (workdir / "config.json").write_text(json.dumps(config.to_record()))
+  (workdir / "summary.json").write_text(json.dumps(
+      {"outcome": "interrupted", "num_commits": 0, "epochs": 0.5}))
+  (workdir / "metrics.jsonl").write_text('{"event": "eval", "clock": 0}\n')
+  before = snapshot(workdir)
+  # Another run's settings: named, nothing touched.
+  with pytest.raises(CheckpointError, match=(
+      r"config.json is of a different run \(hidden_sizes=\[8\]; this run has "
+      r"hidden_sizes=\[16\]\)")):
+    train(dataclasses.replace(config, hidden_sizes=(16,), resume=True))
+  assert snapshot(workdir) == before
+  # The same run: from commit 0, saying so, its whole share.
+  summary = train(dataclasses.replace(config, resume=True))
+  [line] = [r.getMessage() for r in caplog.records
+            if "no checkpoint" in r.getMessage()]
+  assert line == (f"no checkpoint in {workdir / 'checkpoints'}: the run "
+                  "stopped before its first one; starting it afresh at "
+                  "commit 0")
+  assert summary["outcome"] == "completed"
+  # Half an epoch of digits' training set per worker's half, in windows of
+  # λ × batch.
+  share = len(data.load("digits", seed=0).x_train) // 2 // 2 // (5 * 16)
+  assert summary["num_commits"] == 2 * share > 0
+  assert [r["clock"] for r in metrics_rows(workdir, ["commit"])] == list(
+      range(1, 2 * share + 1))
+  # A run that completed without checkpoints is not trained again.
+  shutil.rmtree(workdir / "checkpoints")
+  before = snapshot(workdir)
+  with pytest.raises(CheckpointError, match="the run completed without one"):
+    train(dataclasses.replace(config, epochs=2.0, resume=True))
+  assert snapshot(workdir) == before
+
+
 def test_resume_from_a_corrupt_checkpoint(interrupted, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(interrupted[0], workdir)
-  step = checkpoint.latest_step(str(workdir / "checkpoints"))
-  for parent, _, names in os.walk(workdir / "checkpoints" / str(step)):
+  # A flipped bit in the newest checkpoint's array data (verified against
+  # its checksums), the one before unreadable (orbax's own error): no
+  # intact one to fall back to.
+  directory = workdir / "checkpoints"
+  step = checkpoint.latest_step(str(directory))
+  damage_checkpoint(directory / str(step))
+  older = [p for p in directory.iterdir() if p.name != str(step)]
+  assert older
+  for parent, _, names in os.walk(older[0]):
     for name in names:
       if "state" in parent:
         with open(os.path.join(parent, name), "wb") as f:
           f.write(b"\x00garbage")
   before = snapshot(workdir)
-  result = run_cli(*TINY, "--epochs=1000", f"--workdir={workdir}", "--resume")
+  result = run_cli(*TINY, "--epochs=1000", "--max_seconds=5",
+                   f"--workdir={workdir}", "--resume")
   line = assert_one_line_error(result)
   assert result.returncode == 1
-  assert "cannot resume" in line and "corrupt" in line
+  assert line.startswith(f"train: error: cannot resume from {workdir}: "
+                         f"checkpoint {step} in {directory} is damaged: ")
+  assert line.endswith("(SHA-256 mismatch); the 1 older one is damaged too")
   assert snapshot(workdir) == before
 
 
@@ -335,6 +442,33 @@ def test_resume_with_a_different_model(interrupted, tmp_path):
   line = assert_one_line_error(result)
   assert result.returncode == 1
   assert "different run" in line and "hidden_sizes" in line
+  assert snapshot(workdir) == before
+
+
+def test_a_resume_checks_the_checkpoint_before_it_imports_a_plug_in(
+    interrupted, tmp_path):
+  # config.json names a model in a module planted in the workdir, the
+  # current directory (first on sys.path): the checkpoint's run differs,
+  # and that is said before the module can run.
+  workdir = tmp_path / "run"
+  shutil.copytree(interrupted[0], workdir)
+  (workdir / "planted.py").write_text(
+      "import pathlib\npathlib.Path('MARKER').write_text('imported')\n"
+      "def model(**kwargs):\n  raise SystemExit(3)\n")
+  config = json.loads((workdir / "config.json").read_text())
+  (workdir / "config.json").write_text(json.dumps(dict(config,
+                                                       model="planted:model")))
+  before = snapshot(workdir)
+  result = subprocess.run(
+      [sys.executable, "-m", "experiments.train", "--resume", "--workdir=.",
+       "--epochs=1000"], cwd=workdir, capture_output=True, text=True,
+      timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+  line = assert_one_line_error(result)
+  assert result.returncode == 1
+  assert line.startswith("train: error: cannot resume from .: the checkpoint "
+                         "is of a different run (model='mlp'; this run has "
+                         "model='planted:model')")
+  assert not (workdir / "MARKER").exists()
   assert snapshot(workdir) == before
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,10 +11,10 @@ import time
 import numpy as np
 import pytest
 
-from agn_jax import TrainConfig, data
+from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import train
-from helpers import (REPO, assert_one_line_error, metrics_rows, run_cli,
-                     train_here)
+from helpers import (REPO, assert_one_line_error, damage_checkpoint,
+                     metrics_rows, run_cli, train_here)
 
 
 # Fields that follow the wall clock; everything else must repeat exactly.
@@ -118,17 +119,52 @@ def test_same_flags_and_seed_give_the_same_metrics(tmp_path, reference):
                                 np.load(tmp_path / "again" / "center.npy"))
 
 
-def test_a_checkpoint_after_every_round_ends_in_one_final_checkpoint(tmp_path):
-  # Each round's wall time exceeds the period: a periodic checkpoint is due
-  # after the last round too, at the step the final one saves.
+@pytest.fixture(scope="module")
+def every_round(tmp_path_factory):
+  """A run that checkpoints after every round (orbax keeps the last two)."""
+  tmp_path = tmp_path_factory.mktemp("every_round")
   summary = train(_config(tmp_path, epochs=1.0, eval_every_rounds=0,
                           checkpoint_every_seconds=1e-6))
+  return summary, tmp_path
+
+
+def test_a_checkpoint_after_every_round_ends_in_one_final_checkpoint(
+    every_round):
+  # Each round's wall time exceeds the period: a periodic checkpoint is due
+  # after the last round too, at the step the final one saves.
+  summary, tmp_path = every_round
   assert summary["completed"] is True, summary.get("failure")
   saved = metrics_rows(tmp_path / "run", {"checkpoint"})
   steps = [r["clock"] for r in saved]
   assert len(steps) == len(set(steps)) > 1  # Each step saved once.
   assert saved[-1]["final"] and saved[-1]["clock"] == summary["num_commits"]
   assert not any(r["final"] for r in saved[:-1])
+
+
+def test_a_damaged_final_checkpoint_falls_back_to_the_one_before(
+    every_round, tmp_path, caplog):
+  summary, source = every_round
+  workdir = tmp_path / "run"
+  shutil.copytree(source / "run", workdir)
+  older, newest = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir())
+  assert newest == summary["num_commits"]
+  damage_checkpoint(workdir / "checkpoints" / str(newest))
+  # As a SIGKILL after the final checkpoint leaves it: no summary.json.
+  (workdir / "summary.json").unlink()
+  resumed = train(_config(tmp_path, epochs=1.0, eval_every_rounds=0,
+                          checkpoint_every_seconds=1e-6, resume=True))
+  # From the checkpoint before, saying so; the simulator repeats the rounds
+  # after it exactly.
+  assert resumed["resumed_from_commit"] == older
+  [line] = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+  assert line.startswith(f"checkpoint {newest} in ") and line.endswith(
+      f"resuming from checkpoint {older}, the newest intact one")
+  assert resumed["num_commits"] == summary["num_commits"]
+  np.testing.assert_array_equal(np.load(workdir / "center.npy"),
+                                np.load(source / "run" / "center.npy"))
+  # The damaged one was set aside and a sound one saved in its place.
+  assert (workdir / "checkpoints" / f"{newest}.damaged").is_dir()
+  assert checkpoint.restore(str(workdir / "checkpoints")).step == newest
 
 
 def test_resumed_run_continues_exactly(tmp_path, reference):

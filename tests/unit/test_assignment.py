@@ -109,3 +109,29 @@ def test_tickets_hand_out_the_whole_budget_once():
   assert [steps for _, steps in got] == asks[:len(got) - 1] + [
       budget - sum(asks[:len(got) - 1])]
   assert tickets.take(1) is None
+
+
+def test_a_spent_stream_resumed_with_a_larger_budget_hands_out_the_rest():
+  # pylint: disable=g-import-not-at-top
+  from agn_jax.sim.clock import TimeModel
+  from agn_jax.sim.schedule import EventSchedule
+  lam, n = 2, 3
+  model = TimeModel(1.0, 0.0, 0.0, 0.0, num_workers=n,
+                    communication_window=lam)
+
+  def schedule(windows):  # `windows` of λ steps per worker: n × windows × λ.
+    return EventSchedule(model, shares.Windows.fixed(windows, lam, n),
+                         shares.Tickets(n * windows * lam))
+
+  finished = schedule(2)
+  assert len(list(finished.drain())) == n * 2
+  saved = finished.state()
+  # The same run with twice the epochs goes on where the first one ended.
+  resumed = schedule(4)
+  resumed.restore(saved)
+  more = list(resumed.drain())
+  assert len(more) == n * 2
+  # Each step of the larger stream handed out once, in order from 0.
+  tickets = sorted(t for mine in resumed.state()["tickets"] for t in mine)
+  assert [start for start, _ in tickets] == list(range(0, n * 4 * lam, lam))
+  assert all(steps == lam for _, steps in tickets)

@@ -1,14 +1,16 @@
 """Server checkpoints on real files: round trip, missing, corrupt, and a crash mid-save."""
 
+import hashlib
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
 from agn_jax import checkpoint
 from agn_jax.errors import CheckpointError
-from tests.helpers import snapshot
+from tests.helpers import damage_checkpoint, snapshot
 
 
 def test_round_trip(tmp_path):
@@ -24,8 +26,80 @@ def test_round_trip(tmp_path):
   assert len(restored.server_leaves) == 2
   np.testing.assert_array_equal(restored.server_leaves[1], leaves[1])
   assert int(restored.server_leaves[0]) == 7
+  checksums = restored.meta.pop("checksums")
   assert restored.meta == {"num_commits": 9, "config": {"strategy": "agn"}}
   assert checkpoint.latest_step(str(tmp_path)) == 9
+  # The SHA-256 of each array's dtype, shape and bytes, as hashlib has it.
+  sha = lambda head, a: hashlib.sha256(head + a.tobytes()).hexdigest()
+  assert checksums == {"center": sha(b"<f4(6,)", center + 1),
+                       "server": [sha(b"<i4()", np.asarray(leaves[0])),
+                                  sha(b"<f4(2, 3)", leaves[1])]}
+  assert restored.verified and not restored.damaged
+
+
+def _two_checkpoints(directory):
+  """Steps 3 and 5 of random (incompressible) centers: a flipped bit stays a flipped value."""
+  rng = np.random.default_rng(0)
+  ckpt = checkpoint.Checkpointer(directory)
+  centers = {}
+  for step in (3, 5):
+    centers[step] = rng.standard_normal(50_000).astype(np.float32)
+    ckpt.save(step, centers[step], [np.int32(step)], {"num_commits": step})
+  ckpt.close()
+  return centers
+
+
+def test_a_flipped_bit_in_the_array_data_falls_back_to_the_checkpoint_before(
+    tmp_path):
+  directory = str(tmp_path / "checkpoints")
+  centers = _two_checkpoints(directory)
+  damage_checkpoint(os.path.join(directory, "5"))
+  restored = checkpoint.restore(directory)
+  assert restored.step == 3 and restored.verified
+  np.testing.assert_array_equal(restored.center, centers[3])
+  [line] = restored.damaged
+  assert line.startswith(f"checkpoint 5 in {directory} is damaged")
+  assert "SHA-256 mismatch" in line
+  [note] = restored.notes()
+  assert note.endswith("resuming from checkpoint 3, the newest intact one")
+  # The run goes on from 3: the damaged one steps aside, kept for a look.
+  checkpoint.set_aside_damaged(directory, restored)
+  assert sorted(os.listdir(directory)) == ["3", "5.damaged"]
+  assert checkpoint.restore(directory).damaged == ()
+
+
+def test_no_intact_checkpoint_is_one_line_naming_the_newest(tmp_path):
+  directory = str(tmp_path / "checkpoints")
+  _two_checkpoints(directory)
+  damage_checkpoint(os.path.join(directory, "5"))
+  damage_checkpoint(os.path.join(directory, "3"))
+  before = snapshot(directory)
+  with pytest.raises(CheckpointError) as e:
+    checkpoint.restore(directory)
+  message = str(e.value)
+  assert message.startswith(f"checkpoint 5 in {directory} is damaged")
+  assert message.endswith("the 1 older one is damaged too")
+  assert "\n" not in message
+  assert snapshot(directory) == before
+
+
+def test_a_checkpoint_without_checksums_is_restored_unverified(tmp_path):
+  # As one written before checkpoints recorded checksums.
+  directory = str(tmp_path / "checkpoints")
+  centers = _two_checkpoints(directory)
+  shutil.rmtree(os.path.join(directory, "3"))
+  meta_path = os.path.join(directory, "5", "meta", "metadata")
+  with open(meta_path) as f:
+    meta = json.load(f)
+  del meta["checksums"]
+  with open(meta_path, "w") as f:
+    json.dump(meta, f)
+  restored = checkpoint.restore(directory)
+  np.testing.assert_array_equal(restored.center, centers[5])
+  assert not restored.verified
+  assert restored.notes() == ["checkpoint 5 records no checksums (written by "
+                              "an older version): its arrays are used "
+                              "unverified"]
 
 
 def test_missing_and_empty(tmp_path):

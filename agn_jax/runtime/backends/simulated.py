@@ -27,7 +27,8 @@ from typing import Optional
 
 import numpy as np
 
-from agn_jax.errors import Diverged, RunError, Terminated
+from agn_jax.errors import (CheckpointError, Diverged, RunError, Terminated,
+                            resume_error)
 from agn_jax.runtime import backend as backend_lib
 from agn_jax.runtime import events as ev
 
@@ -132,8 +133,14 @@ class SimulatedBackend(backend_lib.Backend):
 
   def _restore(self):
     from agn_jax import checkpoint
-    from agn_jax.runtime.bookkeeping import resume_error
-    ckpt = checkpoint.restore(self._checkpoint_dir())
+    try:
+      ckpt = checkpoint.restore(self._checkpoint_dir())
+      if ckpt.damaged:  # Not the one whose metadata was checked at the start.
+        checkpoint.validate_meta(ckpt.meta, ckpt.step,
+                                 where=f"checkpoint {ckpt.step}",
+                                 center_size=int(ckpt.center.size))
+    except CheckpointError as e:  # As the processes' server reports it.
+      raise resume_error(self.config.workdir, str(e)) from None
     state = ckpt.meta.get("simulation")
     if not isinstance(state, dict):
       raise resume_error(self.config.workdir, "its checkpoint is not a "
@@ -143,11 +150,14 @@ class SimulatedBackend(backend_lib.Backend):
     except (ValueError, KeyError, TypeError) as e:
       raise resume_error(self.config.workdir, str(e)) from None
     self.saved_step = ckpt.step
+    # From here the run goes on from `ckpt`: newer damaged ones step aside.
+    checkpoint.set_aside_damaged(self._checkpoint_dir(), ckpt)
+    checkpoint.tell(ckpt.notes())
     self.book.handle(ev.Restored(ckpt.step, ckpt.meta.get("metrics_offset"),
                                  int(ckpt.meta.get("rejected_commits", 0)),
                                  list(ckpt.meta["worker_commits"]),
                                  ckpt.meta.get("traffic"),
-                                 ckpt.meta.get("wall_seconds")))
+                                 ckpt.meta.get("wall_seconds"), ckpt.notes()))
     self.book.open(ckpt.meta.get("metrics_offset"))
 
   # The run.
