@@ -31,8 +31,13 @@ apply lasts the server's apply time. The presets (`Cluster`):
   processes worker runs it (one thread, one core), and the shared-memory
   transport's and server's times for its payload.
 * `paper` (`PAPER`): the thesis' 15 nodes (2× Xeon E5-2650 v2, one core per
-  worker, one Python parameter server on the driver), fitted to its
-  published run times (see `PAPER`).
+  worker, one Python parameter server on the driver), fitted with
+  `--speed_model=thesis` (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`: each
+  worker's own speed, a persistent straggler, each window's jitter) to its
+  98 published run times, its staleness histogram and its workers'
+  staleness traces by `scripts/fit_cluster.py` (see `PAPER`).
+* `paper_v1` (`PAPER_V1`): the first fit, to four of those times with
+  every worker equally fast; kept so that runs on it can be told apart.
 
 The speed models are `agn_jax.sim.speeds`; the schedule of commits these
 times give, `agn_jax.sim.schedule`.
@@ -54,7 +59,7 @@ import numpy as np
 from agn_jax.sim.speeds import (SpeedModel, parse_speed_model, read_trace,
                                 read_trace_starts)
 
-CLUSTERS = ("none", "this_host", "paper")
+CLUSTERS = ("none", "this_host", "paper", "paper_v1")
 BYTES_PER_PARAM = 4  # float32 everywhere: the center, payloads, messages.
 _SALT = 0x0D3E5  # Keeps the speed draws apart from the samplers' [seed, k].
 _CHUNK = 1024  # Per-window draws come in chunks, independent of the share.
@@ -103,8 +108,8 @@ class Cluster(NamedTuple):
 NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
                unit="steps")
 
-# The thesis' cluster, fitted to its published times of AGN with Adam on the
-# paper MLP (4,798,010 parameters, batch 128, 40 epochs of 60,000 examples:
+# `paper_v1`: the thesis' cluster as first fitted, to four of its published
+# times of AGN with Adam on the paper MLP (4,798,010 parameters, batch 128, 40 epochs of 60,000 examples:
 # 2.4 M samples split over n workers, each running the whole windows of λ
 # steps in its 2.4 M / (128 n) steps: the last partial window is dropped,
 # so at n = λ = 40 a worker runs 440 of its 468.75 steps): n = 10, λ = 10:
@@ -131,25 +136,54 @@ NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
 # * flops_per_second = 9.25 GFLOP/s: XLA counts 3.484 GFLOP for a forward
 #   and backward pass of the paper MLP at batch 128, and 0.419 s − 42 ms
 #   remain for it (a quarter of one core's AVX peak of 41.6 GFLOP/s).
-PAPER = Cluster("paper", bandwidth_gbps=0.305, latency_ms=1.0,
-                flops_per_second=9.25e9, update_bytes_per_second=5e9,
-                server_bytes_per_second=38.8e6)
+# Its server is the bottleneck of every cell of the grid (20 of the thesis'
+# 49 AGN times are shorter than its commits times its apply):
+# experiments/results/cluster_fit_v1.{json,png}.
+PAPER_V1 = Cluster("paper_v1", bandwidth_gbps=0.305, latency_ms=1.0,
+                   flops_per_second=9.25e9, update_bytes_per_second=5e9,
+                   server_bytes_per_second=38.8e6)
+# `paper`: the thesis' cluster fitted jointly with `--speed_model=thesis`
+# (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`, mixed:0.2:0.1:0.05:2: each
+# worker's own speed, one worker in 20 twice as slow still, 10 % jitter a
+# window) by `python scripts/fit_cluster.py`, on the clock alone, to the
+# thesis' 98 published times (AGN and AEASGD at 49 cells), its staleness
+# histogram at n = 20, λ = 15 and its workers' staleness traces there
+# (experiments/results/cluster_fit.{json,png}). A step of 0.166 s for AGN
+# with Adam, a message of 0.333 s, an apply of 0.3725 s: the longest the
+# thesis' times allow (its (35, 10) AGN run applied 1,855 commits in
+# 691.38 s). Median |leave-one-out residual| over the 98 times: 9.85 %
+# (AGN 6.8 %, AEASGD 13.9 %: a pull-before-commit worker here does not
+# wait for a busy server, dist-keras' did). The server is busy back to
+# back through most of each run at n >= 20: the thesis' rows of λ <= 25
+# take about as long at n = 40 as at n = 25 (0.37-0.46 s a commit), which
+# only a serial resource does. The rates behind the three times:
+# * bandwidth_gbps = 0.4631: 19.19 MB × 8 / (0.333 s − 1 ms).
+# * server_bytes_per_second = 51.52 MB/s: 19.19 MB / 0.3725 s.
+# * flops_per_second = 28.16 GFLOP/s: 3.484 GFLOP over 0.166 s − 42 ms
+#   (`PAPER_V1`'s memory rate); the fitted workers are faster than
+#   `PAPER_V1`'s, and the run times longer than a typical worker's share
+#   because the slowest worker sets them.
+PAPER = Cluster("paper", bandwidth_gbps=0.4631, latency_ms=1.0,
+                flops_per_second=2.8161e10, update_bytes_per_second=5e9,
+                server_bytes_per_second=51.519e6)
 
 
 def preset(name: str) -> Cluster:
-  """The `none` or `paper` cluster (`this_host` is measured, not preset).
+  """The `none`, `paper` or `paper_v1` cluster (`this_host` is measured, not preset).
 
   Raises:
     ValueError: for `this_host` or an unknown name.
 
   Example:
-    >>> preset("paper").bandwidth_gbps
-    0.305
+    >>> preset("paper").bandwidth_gbps, preset("paper_v1").bandwidth_gbps
+    (0.4631, 0.305)
   """
   if name == "none":
     return NONE
   if name == "paper":
     return PAPER
+  if name == "paper_v1":
+    return PAPER_V1
   if name == "this_host":
     raise ValueError("cluster this_host is measured on this machine "
                      "(agn_jax.runtime.backends.calibration.this_host), not a preset")
@@ -263,9 +297,12 @@ class TimeModel:
     self._trace = None
     self._starts = [0.0]
     self._message_scales = [1.0]
-    if speed_model.kind == "lognormal":
+    if speed_model.kind in ("lognormal", "mixed"):
       z = np.random.default_rng([self.seed, _SALT, 2**31]).standard_normal(n)
       self._speeds = np.exp(speed_model.sigma * z)
+      if speed_model.kind == "mixed" and speed_model.probability > 0:
+        self._speeds[stragglers(z, speed_model.probability)] /= (
+            speed_model.slowdown)
     elif speed_model.kind == "speeds":
       if len(speed_model.speeds) != n:
         raise ValueError(f"--speed_model={speed_model.text()} has "
@@ -318,7 +355,8 @@ class TimeModel:
   def mean_speeds(self) -> List[float]:
     """Each worker's speed over its whole run, relative: what Dynamic Local Updates scale λ by.
 
-    A worker's own speed for `lognormal` and `speeds`; one over its mean
+    A worker's own speed for `lognormal`, `mixed` and `speeds` (a mixed
+    window's draw is centred on it in log terms); one over its mean
     step time for `trace` (its windows after the first, as
     `commit_seconds_of` takes them); 1 for every worker of `constant`,
     `random` and `straggler`, whose windows are drawn alike for every
@@ -336,12 +374,13 @@ class TimeModel:
             for k in range(self.num_workers)]
 
   def _draw(self, worker: int, window: int) -> float:
-    """The window's own draw: z ~ N(0, 1) (random) or u ~ U(0, 1) (straggler)."""
+    """The window's own draw: z ~ N(0, 1) (random, mixed) or u ~ U(0, 1) (straggler)."""
     key = (worker, window // _CHUNK)
     chunk = self._chunks.get(key)
     if chunk is None:
       rng = np.random.default_rng([self.seed, _SALT, worker, key[1]])
-      chunk = (rng.standard_normal(_CHUNK) if self.speed_model.kind == "random"
+      chunk = (rng.standard_normal(_CHUNK)
+               if self.speed_model.kind in ("random", "mixed")
                else rng.random(_CHUNK))
       self._chunks[key] = chunk
     return float(chunk[window % _CHUNK])
@@ -357,6 +396,8 @@ class TimeModel:
     base = lam * self.step_seconds / self._speeds[worker]
     if model.kind == "random":
       return base * math.exp(model.sigma * self._draw(worker, window))
+    if model.kind == "mixed":
+      return base * math.exp(model.sigma_window * self._draw(worker, window))
     if model.kind == "straggler":
       slow = self._draw(worker, window) < model.probability
       return base * (model.slowdown if slow else 1.0)
@@ -374,7 +415,7 @@ class TimeModel:
         "server_apply_seconds": self.server_apply_seconds,
         "pull_before_commit": self.pull_before_commit,
     }
-    if self.speed_model.kind in ("lognormal", "speeds"):
+    if self.speed_model.kind in ("lognormal", "mixed", "speeds"):
       out["worker_speeds"] = self.worker_speeds()
     if self.speed_model.kind == "trace":
       out["worker_starts"] = [self.start_seconds(k)
@@ -384,6 +425,17 @@ class TimeModel:
           for k in range(self.num_workers)]
     out.update(self.record)
     return out
+
+
+def stragglers(z: np.ndarray, fraction: float) -> np.ndarray:
+  """The workers that straggle: the ⌈fraction · n⌉ of the lowest draws `z` (ties by index).
+
+  Example:
+    >>> stragglers(np.array([0.3, -1.0, 0.5, -0.2]), 0.3).tolist()
+    [1, 3]
+  """
+  count = math.ceil(fraction * len(z) - 1e-9)
+  return np.argsort(z, kind="stable")[:count]
 
 
 def message_seconds(num_bytes: float, bandwidth_gbps: float,
@@ -450,11 +502,11 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
   Example:
     >>> work = Workload(num_params=4_798_010, flops_per_step=3.484e9,
     ...                 optimizer_floats=4.0)
-    >>> model = time_model(PAPER, work, num_workers=40,
+    >>> model = time_model(PAPER_V1, work, num_workers=40,
     ...                    communication_window=40)
     >>> round(model.step_seconds, 3), round(model.commit_seconds, 3)
     (0.419, 0.504)
-    >>> round(time_model(PAPER, work, num_workers=40, communication_window=40,
+    >>> round(time_model(PAPER_V1, work, num_workers=40, communication_window=40,
     ...                  bandwidth_gbps=1.0).commit_seconds, 3)
     0.155
   """
