@@ -6,6 +6,7 @@ start-up interrupted, a full disk, flagfile cycles, and the outcome every
 ended run records in summary.json. Attacks 16-18 (round four) live in
 attacks_flags.py (bad flag values, --help, configs), attacks_data.py (data
 files, studies, compare) and attacks_runtime.py (completion, traces, leaks);
+attacks 22 in attacks_fit.py (scripts/fit_cluster.py's command line);
 attacklib.py holds the helpers they share.
 
 Every attack runs `python -m experiments.train | compare | sweep` as a user
@@ -33,12 +34,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wildcard-import,unused-wildcard-import
 from attacklib import *
 from attacks_data import DataAttacks
+from attacks_fit import FitAttacks
 from attacks_flags import FlagAttacks
 from attacks_runtime import RuntimeAttacks
 # pylint: enable=g-import-not-at-top,wildcard-import,unused-wildcard-import
 
 
-class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks):
+class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks, FitAttacks):
   """The attacks, each a method that raises `Failed` or returns a note."""
 
   def __init__(self, root: str):
