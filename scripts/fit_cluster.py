@@ -128,12 +128,16 @@ def model_text(sigma_worker, sigma_window, probability, slowdown) -> str:
 
 
 def cluster_of(step: float, message: float, apply: float) -> clock.Cluster:
-  """`PAPER`'s form of AGN's step, a message and an apply, in seconds (`PAPER`'s rates)."""
+  """`PAPER`'s form of AGN's step, a message and an apply, in seconds (`PAPER`'s rates).
+
+  Its server answers pulls itself (`Cluster.pull_waits_for_server`): an
+  AEASGD worker waits for its turn there, as dist-keras' did.
+  """
   v1 = clock.PAPER_V1
   update = PAPER_MLP.update_bytes() / v1.update_bytes_per_second
   center_bytes = clock.BYTES_PER_PARAM * PAPER_MLP.num_params
   return v1._replace(
-      name="paper",
+      name="paper", pull_waits_for_server=True,
       bandwidth_gbps=center_bytes * 8 / (message - v1.latency_ms / 1e3) / 1e9,
       flops_per_second=PAPER_MLP.flops_per_step / (step - update),
       server_bytes_per_second=center_bytes / apply)

@@ -91,6 +91,11 @@ class Cluster(NamedTuple):
       `n / cores` times longer); None: one core each.
     unit: what the clock counts, "seconds" (or "steps" for `none`).
     measured: how a measured cluster was measured (for the record).
+    pull_waits_for_server: a pull-before-commit worker (aeasgd, eamsgd)
+      waits for its turn at the server before its next window, as one
+      whose pull the server itself answers (dist-keras': one Python
+      process serves pulls and commits); False: it goes on once its commit
+      is sent.
   """
   name: str
   bandwidth_gbps: float = math.inf
@@ -103,6 +108,7 @@ class Cluster(NamedTuple):
   cores: Optional[int] = None
   unit: str = "seconds"
   measured: Optional[Dict[str, Any]] = None
+  pull_waits_for_server: bool = False
 
 
 NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
@@ -148,24 +154,28 @@ PAPER_V1 = Cluster("paper_v1", bandwidth_gbps=0.305, latency_ms=1.0,
 # window) by `python scripts/fit_cluster.py`, on the clock alone, to the
 # thesis' 98 published times (AGN and AEASGD at 49 cells), its staleness
 # histogram at n = 20, λ = 15 and its workers' staleness traces there
-# (experiments/results/cluster_fit.{json,png}). A step of 0.166 s for AGN
-# with Adam, a message of 0.333 s, an apply of 0.3725 s: the longest the
-# thesis' times allow (its (35, 10) AGN run applied 1,855 commits in
-# 691.38 s). Median |leave-one-out residual| over the 98 times: 9.85 %
-# (AGN 6.8 %, AEASGD 13.9 %: a pull-before-commit worker here does not
-# wait for a busy server, dist-keras' did). The server is busy back to
-# back through most of each run at n >= 20: the thesis' rows of λ <= 25
-# take about as long at n = 40 as at n = 25 (0.37-0.46 s a commit), which
-# only a serial resource does. The rates behind the three times:
-# * bandwidth_gbps = 0.4631: 19.19 MB × 8 / (0.333 s − 1 ms).
-# * server_bytes_per_second = 51.52 MB/s: 19.19 MB / 0.3725 s.
-# * flops_per_second = 28.16 GFLOP/s: 3.484 GFLOP over 0.166 s − 42 ms
-#   (`PAPER_V1`'s memory rate); the fitted workers are faster than
-#   `PAPER_V1`'s, and the run times longer than a typical worker's share
-#   because the slowest worker sets them.
-PAPER = Cluster("paper", bandwidth_gbps=0.4631, latency_ms=1.0,
-                flops_per_second=2.8161e10, update_bytes_per_second=5e9,
-                server_bytes_per_second=51.519e6)
+# (experiments/results/cluster_fit.{json,png}). A step of 0.161 s for AGN
+# with Adam, a message of 0.036 s, an apply of 0.3724 s: within the longest
+# the thesis' times allow (its (35, 10) AGN run applied 1,855 commits in
+# 691.38 s: 0.3727 s). The server answers pulls itself
+# (`pull_waits_for_server`: an AEASGD worker waits for its turn, as in
+# dist-keras, one Python process on the driver). Median |leave-one-out
+# residual| over the 98 times: 4.98 % (AGN 4.5 %, AEASGD 5.7 %). The
+# server is busy back to back through most of each run at n >= 20: the
+# thesis' rows of λ <= 25 take about as long at n = 40 as at n = 25
+# (0.37-0.46 s a commit), which only a serial resource does. The rates
+# behind the three times:
+# * bandwidth_gbps = 4.39: 19.19 MB × 8 / (0.036 s − 1 ms): the thesis'
+#   10 Gb/s interconnect, the serial part of a message left to the server.
+# * server_bytes_per_second = 51.53 MB/s: 19.19 MB / 0.3724 s (the single
+#   Python server deserialises, adds and answers under one lock).
+# * flops_per_second = 29.36 GFLOP/s: 3.484 GFLOP over 0.161 s − 42 ms
+#   (`PAPER_V1`'s memory rate). The fitted workers are faster than
+#   `PAPER_V1`'s; a run lasts longer than a typical worker's share because
+#   its slowest worker sets its end.
+PAPER = Cluster("paper", bandwidth_gbps=4.3926, latency_ms=1.0,
+                flops_per_second=2.9365e10, update_bytes_per_second=5e9,
+                server_bytes_per_second=51.532e6, pull_waits_for_server=True)
 
 
 def preset(name: str) -> Cluster:
@@ -176,7 +186,7 @@ def preset(name: str) -> Cluster:
 
   Example:
     >>> preset("paper").bandwidth_gbps, preset("paper_v1").bandwidth_gbps
-    (0.4631, 0.305)
+    (4.3926, 0.305)
   """
   if name == "none":
     return NONE
@@ -242,6 +252,9 @@ class TimeModel:
     seed: seeds the speed draws.
     pull_before_commit: the strategy pulls before its commit (see the
       module docstring).
+    pull_waits_for_server: such a worker starts its next window when the
+      server has handled it, not once its commit is sent
+      (`Cluster.pull_waits_for_server`).
     cluster: the cluster's name, for the record.
     unit: "seconds", or "steps" for the `none` cluster.
     record: more to record (`describe`), e.g. bandwidth and latency.
@@ -267,7 +280,8 @@ class TimeModel:
                pull_seconds: float, server_apply_seconds: float, *,
                num_workers: int, communication_window: int,
                speed_model="constant", seed: int = 0,
-               pull_before_commit: bool = False, cluster: str = "custom",
+               pull_before_commit: bool = False,
+               pull_waits_for_server: bool = False, cluster: str = "custom",
                unit: str = "seconds", record: Optional[Dict] = None,
                trace: Optional[Sequence[np.ndarray]] = None,
                trace_starts: Optional[Sequence[float]] = None):
@@ -288,6 +302,7 @@ class TimeModel:
     self.speed_model = speed_model
     self.seed = int(seed)
     self.pull_before_commit = bool(pull_before_commit)
+    self.pull_waits_for_server = bool(pull_waits_for_server)
     self.cluster = cluster
     self.unit = unit
     self.record = dict(record or {})
@@ -415,6 +430,8 @@ class TimeModel:
         "server_apply_seconds": self.server_apply_seconds,
         "pull_before_commit": self.pull_before_commit,
     }
+    if self.pull_waits_for_server:
+      out["pull_waits_for_server"] = True
     if self.speed_model.kind in ("lognormal", "mixed", "speeds"):
       out["worker_speeds"] = self.worker_speeds()
     if self.speed_model.kind == "trace":
@@ -547,5 +564,7 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
       share * message_seconds(center_bytes, bandwidth, latency), apply,
       num_workers=num_workers, communication_window=communication_window,
       speed_model=speed_model, seed=seed,
-      pull_before_commit=workload.pull_before_commit, cluster=cluster.name,
+      pull_before_commit=workload.pull_before_commit,
+      pull_waits_for_server=cluster.pull_waits_for_server,
+      cluster=cluster.name,
       unit=cluster.unit, record=json.loads(json.dumps(record)))

@@ -183,10 +183,15 @@ class EventSchedule:
     heapq.heappop(self._heap)
     k = commit.worker
     self._server_free = commit.applied
-    # A pull-before-commit worker goes on once its commit is sent; the
-    # others once the center their commit's reply carries has arrived.
-    self._ready[k] = (commit.arrival if self.model.pull_before_commit else
-                      commit.applied + self.model.pull_seconds_of(k))
+    # A pull-before-commit worker goes on once its commit is sent (or, on a
+    # server that answers its pulls itself, once the server has handled
+    # it); the others once the center their commit's reply carries has
+    # arrived.
+    if self.model.pull_before_commit:
+      self._ready[k] = (commit.applied if self.model.pull_waits_for_server
+                        else commit.arrival)
+    else:
+      self._ready[k] = commit.applied + self.model.pull_seconds_of(k)
     self._next_window[k] += 1
     if self.tickets is not None:
       self._give(k)

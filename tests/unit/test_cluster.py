@@ -137,6 +137,17 @@ def test_a_pull_before_commit_worker_does_not_wait_for_the_server():
   assert (first.window_end, first.arrival, first.applied) == (2.0, 2.75, 12.75)
   assert second.window_start == 2.75
   assert (second.arrival, second.applied) == (5.5, 22.75)
+  # On a server that answers pulls itself, it waits for its turn there:
+  # its second window starts at the first apply's end, 12.75 s, and
+  # arrives 2 + 0.75 s later.
+  waits = clock.TimeModel(1.0, 0.25, 0.5, 10.0, num_workers=1,
+                          communication_window=2, pull_before_commit=True,
+                          pull_waits_for_server=True)
+  first, second = schedule.EventSchedule(waits, 2).drain()
+  assert (first.applied, second.window_start, second.arrival,
+          second.applied) == (12.75, 12.75, 15.5, 25.5)
+  assert waits.describe()["pull_waits_for_server"] is True
+  assert "pull_waits_for_server" not in model.describe()
   # A commit-then-pull worker waits for the apply and its center.
   first, second = schedule.EventSchedule(_model(
       1, step=1.0, commit=0.25, pull=0.5, apply=10.0), 2).drain()
