@@ -149,33 +149,33 @@ PAPER_V1 = Cluster("paper_v1", bandwidth_gbps=0.305, latency_ms=1.0,
                    flops_per_second=9.25e9, update_bytes_per_second=5e9,
                    server_bytes_per_second=38.8e6)
 # `paper`: the thesis' cluster fitted jointly with `--speed_model=thesis`
-# (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`, mixed:0.2:0.1:0.05:2: each
-# worker's own speed, one worker in 20 twice as slow still, 10 % jitter a
-# window) by `python scripts/fit_cluster.py`, on the clock alone, to the
-# thesis' 98 published times (AGN and AEASGD at 49 cells), its staleness
-# histogram at n = 20, λ = 15 and its workers' staleness traces there
-# (experiments/results/cluster_fit.{json,png}). A step of 0.161 s for AGN
-# with Adam, a message of 0.036 s, an apply of 0.3724 s: within the longest
-# the thesis' times allow (its (35, 10) AGN run applied 1,855 commits in
-# 691.38 s: 0.3727 s). The server answers pulls itself
+# (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`, mixed:0.1:0.1:0.05:2:0.1:1.6:
+# each worker's own speed, one worker in 20 twice as slow, one in 10 1.6
+# times as fast, 10 % jitter a window) by `python scripts/fit_cluster.py`,
+# on the clock alone, to the thesis' 98 published times (AGN and AEASGD at
+# 49 cells), its staleness histogram at n = 20, λ = 15 and its workers'
+# staleness traces there (experiments/results/cluster_fit.{json,png}). A
+# step of 0.1915 s for AGN with Adam, a message of 0.014 s, an apply of
+# 0.3727 s: the longest the thesis' times allow (its (35, 10) AGN run
+# applied 1,855 commits in 691.38 s). The server answers pulls itself
 # (`pull_waits_for_server`: an AEASGD worker waits for its turn, as in
 # dist-keras, one Python process on the driver). Median |leave-one-out
-# residual| over the 98 times: 4.98 % (AGN 4.5 %, AEASGD 5.7 %). The
-# server is busy back to back through most of each run at n >= 20: the
-# thesis' rows of λ <= 25 take about as long at n = 40 as at n = 25
-# (0.37-0.46 s a commit), which only a serial resource does. The rates
-# behind the three times:
-# * bandwidth_gbps = 4.39: 19.19 MB × 8 / (0.036 s − 1 ms): the thesis'
-#   10 Gb/s interconnect, the serial part of a message left to the server.
-# * server_bytes_per_second = 51.53 MB/s: 19.19 MB / 0.3724 s (the single
+# residual| over the 98 times: 4.7 % (AGN 3.9 %, AEASGD 5.2 %). The server
+# is busy back to back through most of each run at n >= 20: the thesis'
+# rows of λ <= 25 take about as long at n = 40 as at n = 25 (0.37-0.46 s
+# a commit), which only a serial resource does. The rates behind the
+# three times:
+# * bandwidth_gbps = 11.9: 19.19 MB × 8 / (0.0139 s − 1 ms). Above the
+#   nodes' 10 Gb/s: the fit leaves a message nearly free and puts its
+#   serial part (the driver's socket and unpickling) in the apply.
+# * server_bytes_per_second = 51.49 MB/s: 19.19 MB / 0.3727 s (the single
 #   Python server deserialises, adds and answers under one lock).
-# * flops_per_second = 29.36 GFLOP/s: 3.484 GFLOP over 0.161 s − 42 ms
-#   (`PAPER_V1`'s memory rate). The fitted workers are faster than
-#   `PAPER_V1`'s; a run lasts longer than a typical worker's share because
-#   its slowest worker sets its end.
-PAPER = Cluster("paper", bandwidth_gbps=4.3926, latency_ms=1.0,
-                flops_per_second=2.9365e10, update_bytes_per_second=5e9,
-                server_bytes_per_second=51.532e6, pull_waits_for_server=True)
+# * flops_per_second = 23.35 GFLOP/s: 3.484 GFLOP over 0.1915 s − 42 ms
+#   (`PAPER_V1`'s memory rate). A run lasts longer than a typical worker's
+#   share because its slowest worker sets its end.
+PAPER = Cluster("paper", bandwidth_gbps=11.902, latency_ms=1.0,
+                flops_per_second=2.3346e10, update_bytes_per_second=5e9,
+                server_bytes_per_second=51.494e6, pull_waits_for_server=True)
 
 
 def preset(name: str) -> Cluster:
@@ -186,7 +186,7 @@ def preset(name: str) -> Cluster:
 
   Example:
     >>> preset("paper").bandwidth_gbps, preset("paper_v1").bandwidth_gbps
-    (4.3926, 0.305)
+    (11.902, 0.305)
   """
   if name == "none":
     return NONE
@@ -315,9 +315,10 @@ class TimeModel:
     if speed_model.kind in ("lognormal", "mixed"):
       z = np.random.default_rng([self.seed, _SALT, 2**31]).standard_normal(n)
       self._speeds = np.exp(speed_model.sigma * z)
-      if speed_model.kind == "mixed" and speed_model.probability > 0:
+      if speed_model.kind == "mixed":
         self._speeds[stragglers(z, speed_model.probability)] /= (
             speed_model.slowdown)
+        self._speeds[stragglers(-z, speed_model.fast)] *= speed_model.speedup
     elif speed_model.kind == "speeds":
       if len(speed_model.speeds) != n:
         raise ValueError(f"--speed_model={speed_model.text()} has "
@@ -445,7 +446,7 @@ class TimeModel:
 
 
 def stragglers(z: np.ndarray, fraction: float) -> np.ndarray:
-  """The workers that straggle: the ⌈fraction · n⌉ of the lowest draws `z` (ties by index).
+  """The workers that straggle: the ⌈fraction · n⌉ of the lowest draws `z` (ties by index); of `-z`, the fastest.
 
   Example:
     >>> stragglers(np.array([0.3, -1.0, 0.5, -0.2]), 0.3).tolist()

@@ -213,9 +213,13 @@ def test_stragglers():
     ("speeds:1e308,1e-308,1,1", "the fastest speed is inf times the slowest"),
     ("speeds:2e6,1", "the fastest speed is 2e+06 times the slowest"),
     ("trace:/nonexistent", "holds no metrics.jsonl"),
-    ("mixed:0.3", "mixed needs two σ and optionally P and SLOWDOWN"),
-    ("mixed:0.3:0.1:0.5", "mixed needs two σ and optionally P and SLOWDOWN"),
+    ("mixed:0.3", "mixed needs two σ, then optionally P and SLOWDOWN"),
+    ("mixed:0.3:0.1:0.5", "mixed needs two σ, then optionally P and "
+     "SLOWDOWN, then Q and SPEEDUP, as "
+     "mixed:SIGMA_WORKER:SIGMA_WINDOW[:P:SLOWDOWN[:Q:SPEEDUP]]"),
     ("mixed", "mixed needs its values, as mixed:SIGMA_WORKER:SIGMA_WINDOW"),
+    ("mixed:0.3:0.1:0:1:1.5:2", "Q must be a number in [0, 1]"),
+    ("mixed:0.3:0.1:0:1:0.1:0.9", "SPEEDUP must be a number in [1, 1e+06]"),
     ("mixed:0.3:0.1:2:2", "P must be a number in [0, 1]"),
     ("mixed:0.3:0.1:0.1:0.5", "SLOWDOWN must be a number in [1, 1e+06]"),
     ("mixed:0.3:-1", "SIGMA_WINDOW must be a number in [0, 5]"),
@@ -231,7 +235,8 @@ def test_bad_speed_models(text, message):
 
 def test_speed_models_round_trip():
   for text in ("constant", "lognormal:0.5", "random:1", "straggler:0.1:4",
-               "speeds:1,2.5", "mixed:0.3:0.1", "mixed:0.3:0.1:0.05:2"):
+               "speeds:1,2.5", "mixed:0.3:0.1", "mixed:0.3:0.1:0.05:2",
+               "mixed:0.3:0.1:0:1:0.1:1.5"):
     assert speeds.parse_speed_model(text).text() == text
   with pytest.raises(ValueError, match="has 2 speeds for 3 workers"):
     _model(3, speed_model="speeds:1,2")
@@ -480,6 +485,11 @@ def test_mixed_is_each_workers_speed_times_each_windows_draw():
   expected = np.exp(0.4 * z)
   expected[np.argmin(z)] /= 3
   np.testing.assert_allclose(slowed.worker_speeds(), expected)
+  # And the ⌈Q n⌉ highest draws SPEEDUP times faster: here ⌈0.5 · 3⌉ = 2,
+  # at 1.5 times.
+  both = _model(n, lam, "mixed:0.4:0.2:0.3:3:0.5:1.5", step=step, seed=seed)
+  expected[np.argsort(z)[1:]] *= 1.5
+  np.testing.assert_allclose(both.worker_speeds(), expected)
   assert [clock.stragglers(np.zeros(n), p).tolist()
           for p in (0.0, 0.01, 0.34, 0.67, 1.0)] == [[], [0], [0, 1],
                                                     [0, 1, 2], [0, 1, 2]]
