@@ -558,8 +558,10 @@ class SimulatedOptions(BackendOptions):
   cluster: str = setting(
       "none", "the cluster its clock models: none (time counts local steps; "
       "messages and the server are free), this_host (the step, transport "
-      "and apply times measured on this machine, cached) or paper (the "
-      "thesis' 15 nodes, fitted to its published times).",
+      "and apply times measured on this machine, cached), paper (the "
+      "thesis' 15 nodes, fitted with --speed_model=thesis to its 98 "
+      "published times, its staleness histogram and its workers' traces by "
+      "scripts/fit_cluster.py) or paper_v1 (the first fit, to four times).",
       choices=_names("agn_jax.sim.clock", "CLUSTERS"))
   speed_model: str = setting(
       "constant", "how fast each worker is: constant (round robin, "
@@ -567,10 +569,14 @@ class SimulatedOptions(BackendOptions):
       "once), random:SIGMA (each window's duration times exp(σz), drawn "
       "anew: fast windows lap slow ones), straggler:P:SLOWDOWN (a window is "
       "SLOWDOWN times longer with probability P), speeds:S0,S1,... (each "
-      "worker's speed), trace:RUN_DIR (the window times of a processes "
-      "run; needs --cluster=this_host or paper) or thesis (the thesis' "
-      "cluster: random:0.26, fitted to its staleness histogram by "
-      "scripts/fit_cluster.py).",
+      "worker's speed), "
+      "mixed:SIGMA_WORKER:SIGMA_WINDOW[:P:SLOWDOWN[:Q:SPEEDUP]] (each "
+      "worker's speed drawn once as lognormal's, the slowest ⌈P n⌉ "
+      "SLOWDOWN times slower still, the fastest ⌈Q n⌉ SPEEDUP times "
+      "faster, each window drawn around it as random's), trace:RUN_DIR (the window times of a processes run; "
+      "needs --cluster=this_host or paper) or thesis (the thesis' cluster, "
+      "a mixed model fitted with --cluster=paper by "
+      "scripts/fit_cluster.py; thesis_v1: the first fit, random:0.26).",
       parse=lambda text: importlib.import_module(
           "agn_jax.sim.speeds").parse_speed_model(text),
       accepts=lambda: ", ".join(importlib.import_module(

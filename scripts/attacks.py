@@ -10,7 +10,8 @@ attacks 19 (round five) in attacks_resume.py (damaged checkpoints, resumes
 that must go on, plug-ins imported only after the checkpoint's check),
 attacks 20 in attacks_plugins.py (a user's dataset, task and model that break
 their contract), attacks 21 in attacks_readers.py (a cell's own run, a run's
-files that agree, the report's commands, import paths in sweeps);
+files that agree, the report's commands, import paths in sweeps), attacks 22
+in attacks_fit.py (scripts/fit_cluster.py's command line);
 attacklib.py holds the helpers they share.
 
 Every attack runs `python -m experiments.train | compare | sweep` as a user
@@ -38,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wildcard-import,unused-wildcard-import
 from attacklib import *
 from attacks_data import DataAttacks
+from attacks_fit import FitAttacks
 from attacks_flags import FlagAttacks
 from attacks_plugins import PluginAttacks
 from attacks_readers import ReaderAttacks
@@ -47,7 +49,7 @@ from attacks_runtime import RuntimeAttacks
 
 
 class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks, ResumeAttacks,
-              PluginAttacks, ReaderAttacks):
+              PluginAttacks, ReaderAttacks, FitAttacks):
   """The attacks, each a method that raises `Failed` or returns a note."""
 
   def __init__(self, root: str):

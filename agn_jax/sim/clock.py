@@ -31,8 +31,13 @@ apply lasts the server's apply time. The presets (`Cluster`):
   processes worker runs it (one thread, one core), and the shared-memory
   transport's and server's times for its payload.
 * `paper` (`PAPER`): the thesis' 15 nodes (2× Xeon E5-2650 v2, one core per
-  worker, one Python parameter server on the driver), fitted to its
-  published run times (see `PAPER`).
+  worker, one Python parameter server on the driver), fitted with
+  `--speed_model=thesis` (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`: each
+  worker's own speed, a persistent straggler, each window's jitter) to its
+  98 published run times, its staleness histogram and its workers'
+  staleness traces by `scripts/fit_cluster.py` (see `PAPER`).
+* `paper_v1` (`PAPER_V1`): the first fit, to four of those times with
+  every worker equally fast; kept so that runs on it can be told apart.
 
 The speed models are `agn_jax.sim.speeds`; the schedule of commits these
 times give, `agn_jax.sim.schedule`.
@@ -54,7 +59,7 @@ import numpy as np
 from agn_jax.sim.speeds import (SpeedModel, parse_speed_model, read_trace,
                                 read_trace_starts)
 
-CLUSTERS = ("none", "this_host", "paper")
+CLUSTERS = ("none", "this_host", "paper", "paper_v1")
 BYTES_PER_PARAM = 4  # float32 everywhere: the center, payloads, messages.
 _SALT = 0x0D3E5  # Keeps the speed draws apart from the samplers' [seed, k].
 _CHUNK = 1024  # Per-window draws come in chunks, independent of the share.
@@ -86,6 +91,11 @@ class Cluster(NamedTuple):
       `n / cores` times longer); None: one core each.
     unit: what the clock counts, "seconds" (or "steps" for `none`).
     measured: how a measured cluster was measured (for the record).
+    pull_waits_for_server: a pull-before-commit worker (aeasgd, eamsgd)
+      waits for its turn at the server before its next window, as one
+      whose pull the server itself answers (dist-keras': one Python
+      process serves pulls and commits); False: it goes on once its commit
+      is sent.
   """
   name: str
   bandwidth_gbps: float = math.inf
@@ -98,13 +108,14 @@ class Cluster(NamedTuple):
   cores: Optional[int] = None
   unit: str = "seconds"
   measured: Optional[Dict[str, Any]] = None
+  pull_waits_for_server: bool = False
 
 
 NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
                unit="steps")
 
-# The thesis' cluster, fitted to its published times of AGN with Adam on the
-# paper MLP (4,798,010 parameters, batch 128, 40 epochs of 60,000 examples:
+# `paper_v1`: the thesis' cluster as first fitted, to four of its published
+# times of AGN with Adam on the paper MLP (4,798,010 parameters, batch 128, 40 epochs of 60,000 examples:
 # 2.4 M samples split over n workers, each running the whole windows of λ
 # steps in its 2.4 M / (128 n) steps: the last partial window is dropped,
 # so at n = λ = 40 a worker runs 440 of its 468.75 steps): n = 10, λ = 10:
@@ -131,25 +142,58 @@ NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
 # * flops_per_second = 9.25 GFLOP/s: XLA counts 3.484 GFLOP for a forward
 #   and backward pass of the paper MLP at batch 128, and 0.419 s − 42 ms
 #   remain for it (a quarter of one core's AVX peak of 41.6 GFLOP/s).
-PAPER = Cluster("paper", bandwidth_gbps=0.305, latency_ms=1.0,
-                flops_per_second=9.25e9, update_bytes_per_second=5e9,
-                server_bytes_per_second=38.8e6)
+# Its server is the bottleneck of every cell of the grid (20 of the thesis'
+# 49 AGN times are shorter than its commits times its apply):
+# experiments/results/cluster_fit_v1.{json,png}.
+PAPER_V1 = Cluster("paper_v1", bandwidth_gbps=0.305, latency_ms=1.0,
+                   flops_per_second=9.25e9, update_bytes_per_second=5e9,
+                   server_bytes_per_second=38.8e6)
+# `paper`: the thesis' cluster fitted jointly with `--speed_model=thesis`
+# (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`, mixed:0.1:0.1:0.05:2:0.1:1.6:
+# each worker's own speed, one worker in 20 twice as slow, one in 10 1.6
+# times as fast, 10 % jitter a window) by `python scripts/fit_cluster.py`,
+# on the clock alone, to the thesis' 98 published times (AGN and AEASGD at
+# 49 cells), its staleness histogram at n = 20, λ = 15 and its workers'
+# staleness traces there (experiments/results/cluster_fit.{json,png}). A
+# step of 0.1915 s for AGN with Adam, a message of 0.014 s, an apply of
+# 0.3727 s: the longest the thesis' times allow (its (35, 10) AGN run
+# applied 1,855 commits in 691.38 s). The server answers pulls itself
+# (`pull_waits_for_server`: an AEASGD worker waits for its turn, as in
+# dist-keras, one Python process on the driver). Median |leave-one-out
+# residual| over the 98 times: 4.7 % (AGN 3.9 %, AEASGD 5.2 %). The server
+# is busy back to back through most of each run at n >= 20: the thesis'
+# rows of λ <= 25 take about as long at n = 40 as at n = 25 (0.37-0.46 s
+# a commit), which only a serial resource does. The rates behind the
+# three times:
+# * bandwidth_gbps = 11.9: 19.19 MB × 8 / (0.0139 s − 1 ms). Above the
+#   nodes' 10 Gb/s: the fit leaves a message nearly free and puts its
+#   serial part (the driver's socket and unpickling) in the apply.
+# * server_bytes_per_second = 51.49 MB/s: 19.19 MB / 0.3727 s (the single
+#   Python server deserialises, adds and answers under one lock).
+# * flops_per_second = 23.35 GFLOP/s: 3.484 GFLOP over 0.1915 s − 42 ms
+#   (`PAPER_V1`'s memory rate). A run lasts longer than a typical worker's
+#   share because its slowest worker sets its end.
+PAPER = Cluster("paper", bandwidth_gbps=11.902, latency_ms=1.0,
+                flops_per_second=2.3346e10, update_bytes_per_second=5e9,
+                server_bytes_per_second=51.494e6, pull_waits_for_server=True)
 
 
 def preset(name: str) -> Cluster:
-  """The `none` or `paper` cluster (`this_host` is measured, not preset).
+  """The `none`, `paper` or `paper_v1` cluster (`this_host` is measured, not preset).
 
   Raises:
     ValueError: for `this_host` or an unknown name.
 
   Example:
-    >>> preset("paper").bandwidth_gbps
-    0.305
+    >>> preset("paper").bandwidth_gbps, preset("paper_v1").bandwidth_gbps
+    (11.902, 0.305)
   """
   if name == "none":
     return NONE
   if name == "paper":
     return PAPER
+  if name == "paper_v1":
+    return PAPER_V1
   if name == "this_host":
     raise ValueError("cluster this_host is measured on this machine "
                      "(agn_jax.runtime.backends.calibration.this_host), not a preset")
@@ -208,6 +252,9 @@ class TimeModel:
     seed: seeds the speed draws.
     pull_before_commit: the strategy pulls before its commit (see the
       module docstring).
+    pull_waits_for_server: such a worker starts its next window when the
+      server has handled it, not once its commit is sent
+      (`Cluster.pull_waits_for_server`).
     cluster: the cluster's name, for the record.
     unit: "seconds", or "steps" for the `none` cluster.
     record: more to record (`describe`), e.g. bandwidth and latency.
@@ -233,7 +280,8 @@ class TimeModel:
                pull_seconds: float, server_apply_seconds: float, *,
                num_workers: int, communication_window: int,
                speed_model="constant", seed: int = 0,
-               pull_before_commit: bool = False, cluster: str = "custom",
+               pull_before_commit: bool = False,
+               pull_waits_for_server: bool = False, cluster: str = "custom",
                unit: str = "seconds", record: Optional[Dict] = None,
                trace: Optional[Sequence[np.ndarray]] = None,
                trace_starts: Optional[Sequence[float]] = None):
@@ -254,6 +302,7 @@ class TimeModel:
     self.speed_model = speed_model
     self.seed = int(seed)
     self.pull_before_commit = bool(pull_before_commit)
+    self.pull_waits_for_server = bool(pull_waits_for_server)
     self.cluster = cluster
     self.unit = unit
     self.record = dict(record or {})
@@ -263,9 +312,13 @@ class TimeModel:
     self._trace = None
     self._starts = [0.0]
     self._message_scales = [1.0]
-    if speed_model.kind == "lognormal":
+    if speed_model.kind in ("lognormal", "mixed"):
       z = np.random.default_rng([self.seed, _SALT, 2**31]).standard_normal(n)
       self._speeds = np.exp(speed_model.sigma * z)
+      if speed_model.kind == "mixed":
+        self._speeds[stragglers(z, speed_model.probability)] /= (
+            speed_model.slowdown)
+        self._speeds[stragglers(-z, speed_model.fast)] *= speed_model.speedup
     elif speed_model.kind == "speeds":
       if len(speed_model.speeds) != n:
         raise ValueError(f"--speed_model={speed_model.text()} has "
@@ -318,7 +371,8 @@ class TimeModel:
   def mean_speeds(self) -> List[float]:
     """Each worker's speed over its whole run, relative: what Dynamic Local Updates scale λ by.
 
-    A worker's own speed for `lognormal` and `speeds`; one over its mean
+    A worker's own speed for `lognormal`, `mixed` and `speeds` (a mixed
+    window's draw is centred on it in log terms); one over its mean
     step time for `trace` (its windows after the first, as
     `commit_seconds_of` takes them); 1 for every worker of `constant`,
     `random` and `straggler`, whose windows are drawn alike for every
@@ -336,12 +390,13 @@ class TimeModel:
             for k in range(self.num_workers)]
 
   def _draw(self, worker: int, window: int) -> float:
-    """The window's own draw: z ~ N(0, 1) (random) or u ~ U(0, 1) (straggler)."""
+    """The window's own draw: z ~ N(0, 1) (random, mixed) or u ~ U(0, 1) (straggler)."""
     key = (worker, window // _CHUNK)
     chunk = self._chunks.get(key)
     if chunk is None:
       rng = np.random.default_rng([self.seed, _SALT, worker, key[1]])
-      chunk = (rng.standard_normal(_CHUNK) if self.speed_model.kind == "random"
+      chunk = (rng.standard_normal(_CHUNK)
+               if self.speed_model.kind in ("random", "mixed")
                else rng.random(_CHUNK))
       self._chunks[key] = chunk
     return float(chunk[window % _CHUNK])
@@ -357,6 +412,8 @@ class TimeModel:
     base = lam * self.step_seconds / self._speeds[worker]
     if model.kind == "random":
       return base * math.exp(model.sigma * self._draw(worker, window))
+    if model.kind == "mixed":
+      return base * math.exp(model.sigma_window * self._draw(worker, window))
     if model.kind == "straggler":
       slow = self._draw(worker, window) < model.probability
       return base * (model.slowdown if slow else 1.0)
@@ -374,7 +431,9 @@ class TimeModel:
         "server_apply_seconds": self.server_apply_seconds,
         "pull_before_commit": self.pull_before_commit,
     }
-    if self.speed_model.kind in ("lognormal", "speeds"):
+    if self.pull_waits_for_server:
+      out["pull_waits_for_server"] = True
+    if self.speed_model.kind in ("lognormal", "mixed", "speeds"):
       out["worker_speeds"] = self.worker_speeds()
     if self.speed_model.kind == "trace":
       out["worker_starts"] = [self.start_seconds(k)
@@ -384,6 +443,17 @@ class TimeModel:
           for k in range(self.num_workers)]
     out.update(self.record)
     return out
+
+
+def stragglers(z: np.ndarray, fraction: float) -> np.ndarray:
+  """The workers that straggle: the ⌈fraction · n⌉ of the lowest draws `z` (ties by index); of `-z`, the fastest.
+
+  Example:
+    >>> stragglers(np.array([0.3, -1.0, 0.5, -0.2]), 0.3).tolist()
+    [1, 3]
+  """
+  count = math.ceil(fraction * len(z) - 1e-9)
+  return np.argsort(z, kind="stable")[:count]
 
 
 def message_seconds(num_bytes: float, bandwidth_gbps: float,
@@ -450,11 +520,11 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
   Example:
     >>> work = Workload(num_params=4_798_010, flops_per_step=3.484e9,
     ...                 optimizer_floats=4.0)
-    >>> model = time_model(PAPER, work, num_workers=40,
+    >>> model = time_model(PAPER_V1, work, num_workers=40,
     ...                    communication_window=40)
     >>> round(model.step_seconds, 3), round(model.commit_seconds, 3)
     (0.419, 0.504)
-    >>> round(time_model(PAPER, work, num_workers=40, communication_window=40,
+    >>> round(time_model(PAPER_V1, work, num_workers=40, communication_window=40,
     ...                  bandwidth_gbps=1.0).commit_seconds, 3)
     0.155
   """
@@ -495,5 +565,7 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
       share * message_seconds(center_bytes, bandwidth, latency), apply,
       num_workers=num_workers, communication_window=communication_window,
       speed_model=speed_model, seed=seed,
-      pull_before_commit=workload.pull_before_commit, cluster=cluster.name,
+      pull_before_commit=workload.pull_before_commit,
+      pull_waits_for_server=cluster.pull_waits_for_server,
+      cluster=cluster.name,
       unit=cluster.unit, record=json.loads(json.dumps(record)))

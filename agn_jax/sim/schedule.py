@@ -183,10 +183,15 @@ class EventSchedule:
     heapq.heappop(self._heap)
     k = commit.worker
     self._server_free = commit.applied
-    # A pull-before-commit worker goes on once its commit is sent; the
-    # others once the center their commit's reply carries has arrived.
-    self._ready[k] = (commit.arrival if self.model.pull_before_commit else
-                      commit.applied + self.model.pull_seconds_of(k))
+    # A pull-before-commit worker goes on once its commit is sent (or, on a
+    # server that answers its pulls itself, once the server has handled
+    # it); the others once the center their commit's reply carries has
+    # arrived.
+    if self.model.pull_before_commit:
+      self._ready[k] = (commit.applied if self.model.pull_waits_for_server
+                        else commit.arrival)
+    else:
+      self._ready[k] = commit.applied + self.model.pull_seconds_of(k)
     self._next_window[k] += 1
     if self.tickets is not None:
       self._give(k)
@@ -358,3 +363,24 @@ def staleness_of(commits: Sequence[ScheduledCommit], num_workers: int,
     out.append(0 if pull_before_commit else clock - pulled[c.worker])
     pulled[c.worker] = clock + 1
   return out
+
+
+def server_bound_share(commits: Sequence[ScheduledCommit],
+                       apply_seconds: float) -> float:
+  """The fraction of consecutive commits applied exactly one apply apart: the server busy back to back.
+
+  A FIFO server that starts the next apply the moment one ends is the
+  bottleneck there; a gap longer than the apply means it waited for an
+  arrival. 0 for fewer than two commits.
+
+  Example:
+    >>> model = TimeModel(1.0, 0.0, 0.0, 0.5, num_workers=3,
+    ...                   communication_window=1)
+    >>> server_bound_share(list(EventSchedule(model, 2).drain()), 0.5)
+    1.0
+  """
+  gaps = np.diff([c.applied for c in commits])
+  if not len(gaps):
+    return 0.0
+  return float(np.mean(np.isclose(gaps, apply_seconds, rtol=1e-9,
+                                  atol=1e-9)))

@@ -220,12 +220,16 @@ def setting_lines(run: design.RunSpec) -> List[str]:
     if os.path.isfile(FIT):
       with open(FIT) as f:
         fit = json.load(f)
-    text += (f" ({fit.get('speed_model', 'the fitted model')}: each window's "
-             "duration drawn around the cluster's, fitted by "
-             "`scripts/fit_cluster.py` on the clock alone to the thesis' "
-             "staleness histogram at n = 20, λ = 15, total-variation "
-             f"distance {fit.get('tv_distance', '–')}; the fit was committed "
-             "before any accuracy run of this grid)")
+    text += (f" ({fit.get('speed_model', 'the fitted model')}: each "
+             "worker's own speed, a persistent straggler and each window's "
+             "jitter, fitted with `--cluster=paper` by "
+             "`scripts/fit_cluster.py` on the clock alone to the thesis' 98 "
+             "run times (median |leave-one-out residual| "
+             f"{fit.get('median_abs_loo_residual', '–')}), its staleness "
+             "histogram at n = 20, λ = 15 (total-variation distance "
+             f"{fit.get('tv_distance', '–')}) and its workers' staleness "
+             "traces; the fit was committed before any accuracy run of this "
+             "grid)")
   return [text + ".", ""]
 
 
