@@ -1,8 +1,8 @@
 """Fits the thesis' cluster to its run times, staleness histogram and workers' traces, from the clock alone.
 
-What is fitted: `--cluster=paper` (`agn_jax.sim.clock.PAPER`: a worker's step,
-a message, the server's apply) and `--speed_model=thesis`
-(`agn_jax.sim.speeds.THESIS_SPEED_MODEL`, `mixed:SIGMA_WORKER:SIGMA_WINDOW`:
+What is fitted: `--cluster=paper_refit` (`agn_jax.sim.clock.PAPER_REFIT`: a worker's step,
+a message, the server's apply) and `--speed_model=thesis_refit`
+(`agn_jax.sim.speeds.THESIS_REFIT_SPEED_MODEL`, `mixed:SIGMA_WORKER:SIGMA_WINDOW`:
 each worker's own speed, drawn once, and each window's jitter around it).
 What it is fitted to (no accuracy enters; no model is trained):
 
@@ -48,8 +48,8 @@ consecutive commits applied exactly one apply time apart (the server busy
 back to back); beside it, the thesis' busy share (its commits times the
 apply over its published time: the least share of that run a FIFO server
 with this apply was busy) and the spread of the workers' last commits (over
-the run's time). The previous fit (`--cluster=paper_v1`,
-`--speed_model=thesis_v1`) is experiments/results/cluster_fit_v1.{json,png}.
+the run's time). The previous fit (`--cluster=paper`,
+`--speed_model=thesis`) is experiments/results/cluster_fit_v1.{json,png}.
 """
 
 import argparse
@@ -152,16 +152,16 @@ def model_text(sigma_worker, sigma_window, probability=0.0, slowdown=1.0,
 
 
 def cluster_of(step: float, message: float, apply: float) -> clock.Cluster:
-  """`PAPER`'s form of AGN's step, a message and an apply, in seconds (`PAPER`'s rates).
+  """`PAPER_REFIT`'s form of AGN's step, a message and an apply, in seconds (`PAPER_REFIT`'s rates).
 
   Its server answers pulls itself (`Cluster.pull_waits_for_server`): an
   AEASGD worker waits for its turn there, as dist-keras' did.
   """
-  v1 = clock.PAPER_V1
+  v1 = clock.PAPER
   update = PAPER_MLP.update_bytes() / v1.update_bytes_per_second
   center_bytes = clock.BYTES_PER_PARAM * PAPER_MLP.num_params
   return v1._replace(
-      name="paper", pull_waits_for_server=True,
+      name="paper_refit", pull_waits_for_server=True,
       bandwidth_gbps=center_bytes * 8 / (message - v1.latency_ms / 1e3) / 1e9,
       flops_per_second=PAPER_MLP.flops_per_step / (step - update),
       server_bytes_per_second=center_bytes / apply)
@@ -662,7 +662,7 @@ def plot(path, result, thesis, counts, seconds, residuals, loo, runs,
          + ", ".join(str(k) for ks in trace_record["roles"].values()
                      for k in ks) + ")")
   ax.legend(fontsize=7, ncol=2)
-  fig.suptitle(f"--cluster=paper --speed_model=thesis ({result['speed_model']}"
+  fig.suptitle(f"--cluster=paper_refit --speed_model=thesis_refit ({result['speed_model']}"
                f"): step {result['cluster']['step_seconds']} s, message "
                f"{result['cluster']['message_seconds']} s, apply "
                f"{result['cluster']['apply_seconds']} s")

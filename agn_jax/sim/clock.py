@@ -30,13 +30,13 @@ apply lasts the server's apply time. The presets (`Cluster`):
   the run's own step time with its optimizer, model and batch as a
   processes worker runs it (one thread, one core), and the shared-memory
   transport's and server's times for its payload.
-* `paper` (`PAPER`): the thesis' 15 nodes (2× Xeon E5-2650 v2, one core per
+* `paper_refit` (`PAPER_REFIT`): the thesis' 15 nodes (2× Xeon E5-2650 v2, one core per
   worker, one Python parameter server on the driver), fitted with
-  `--speed_model=thesis` (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`: each
+  `--speed_model=thesis_refit` (`agn_jax.sim.speeds.THESIS_REFIT_SPEED_MODEL`: each
   worker's own speed, a persistent straggler, each window's jitter) to its
   98 published run times, its staleness histogram and its workers'
-  staleness traces by `scripts/fit_cluster.py` (see `PAPER`).
-* `paper_v1` (`PAPER_V1`): the first fit, to four of those times with
+  staleness traces by `scripts/fit_cluster.py` (see `PAPER_REFIT`).
+* `paper` (`PAPER`): the first fit, to four of those times with
   every worker equally fast; kept so that runs on it can be told apart.
 
 The speed models are `agn_jax.sim.speeds`; the schedule of commits these
@@ -59,7 +59,7 @@ import numpy as np
 from agn_jax.sim.speeds import (SpeedModel, parse_speed_model, read_trace,
                                 read_trace_starts)
 
-CLUSTERS = ("none", "this_host", "paper", "paper_v1")
+CLUSTERS = ("none", "this_host", "paper_refit", "paper")
 BYTES_PER_PARAM = 4  # float32 everywhere: the center, payloads, messages.
 _SALT = 0x0D3E5  # Keeps the speed draws apart from the samplers' [seed, k].
 _CHUNK = 1024  # Per-window draws come in chunks, independent of the share.
@@ -114,7 +114,7 @@ class Cluster(NamedTuple):
 NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
                unit="steps")
 
-# `paper_v1`: the thesis' cluster as first fitted, to four of its published
+# `paper`: the thesis' cluster as first fitted, to four of its published
 # times of AGN with Adam on the paper MLP (4,798,010 parameters, batch 128, 40 epochs of 60,000 examples:
 # 2.4 M samples split over n workers, each running the whole windows of λ
 # steps in its 2.4 M / (128 n) steps: the last partial window is dropped,
@@ -145,11 +145,11 @@ NONE = Cluster("none", step_seconds=1.0, server_apply_seconds=0.0,
 # Its server is the bottleneck of every cell of the grid (20 of the thesis'
 # 49 AGN times are shorter than its commits times its apply):
 # experiments/results/cluster_fit_v1.{json,png}.
-PAPER_V1 = Cluster("paper_v1", bandwidth_gbps=0.305, latency_ms=1.0,
+PAPER = Cluster("paper", bandwidth_gbps=0.305, latency_ms=1.0,
                    flops_per_second=9.25e9, update_bytes_per_second=5e9,
                    server_bytes_per_second=38.8e6)
-# `paper`: the thesis' cluster fitted jointly with `--speed_model=thesis`
-# (`agn_jax.sim.speeds.THESIS_SPEED_MODEL`, mixed:0.1:0.1:0.05:2:0.1:1.6:
+# `paper_refit`: the thesis' cluster fitted jointly with `--speed_model=thesis_refit`
+# (`agn_jax.sim.speeds.THESIS_REFIT_SPEED_MODEL`, mixed:0.1:0.1:0.05:2:0.1:1.6:
 # each worker's own speed, one worker in 20 twice as slow, one in 10 1.6
 # times as fast, 10 % jitter a window) by `python scripts/fit_cluster.py`,
 # on the clock alone, to the thesis' 98 published times (AGN and AEASGD at
@@ -171,29 +171,29 @@ PAPER_V1 = Cluster("paper_v1", bandwidth_gbps=0.305, latency_ms=1.0,
 # * server_bytes_per_second = 51.49 MB/s: 19.19 MB / 0.3727 s (the single
 #   Python server deserialises, adds and answers under one lock).
 # * flops_per_second = 23.35 GFLOP/s: 3.484 GFLOP over 0.1915 s − 42 ms
-#   (`PAPER_V1`'s memory rate). A run lasts longer than a typical worker's
+#   (`PAPER`'s memory rate). A run lasts longer than a typical worker's
 #   share because its slowest worker sets its end.
-PAPER = Cluster("paper", bandwidth_gbps=11.902, latency_ms=1.0,
+PAPER_REFIT = Cluster("paper_refit", bandwidth_gbps=11.902, latency_ms=1.0,
                 flops_per_second=2.3346e10, update_bytes_per_second=5e9,
                 server_bytes_per_second=51.494e6, pull_waits_for_server=True)
 
 
 def preset(name: str) -> Cluster:
-  """The `none`, `paper` or `paper_v1` cluster (`this_host` is measured, not preset).
+  """The `none`, `paper_refit` or `paper` cluster (`this_host` is measured, not preset).
 
   Raises:
     ValueError: for `this_host` or an unknown name.
 
   Example:
-    >>> preset("paper").bandwidth_gbps, preset("paper_v1").bandwidth_gbps
+    >>> preset("paper_refit").bandwidth_gbps, preset("paper").bandwidth_gbps
     (11.902, 0.305)
   """
   if name == "none":
     return NONE
+  if name == "paper_refit":
+    return PAPER_REFIT
   if name == "paper":
     return PAPER
-  if name == "paper_v1":
-    return PAPER_V1
   if name == "this_host":
     raise ValueError("cluster this_host is measured on this machine "
                      "(agn_jax.runtime.backends.calibration.this_host), not a preset")
@@ -520,11 +520,11 @@ def time_model(cluster: Cluster, workload: Workload, *, num_workers: int,
   Example:
     >>> work = Workload(num_params=4_798_010, flops_per_step=3.484e9,
     ...                 optimizer_floats=4.0)
-    >>> model = time_model(PAPER_V1, work, num_workers=40,
+    >>> model = time_model(PAPER, work, num_workers=40,
     ...                    communication_window=40)
     >>> round(model.step_seconds, 3), round(model.commit_seconds, 3)
     (0.419, 0.504)
-    >>> round(time_model(PAPER_V1, work, num_workers=40, communication_window=40,
+    >>> round(time_model(PAPER, work, num_workers=40, communication_window=40,
     ...                  bandwidth_gbps=1.0).commit_seconds, 3)
     0.155
   """

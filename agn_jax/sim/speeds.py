@@ -11,7 +11,7 @@ staleness exactly n − 1 after the first round), `lognormal:SIGMA` and
 a slow one), `mixed:SIGMA_WORKER:SIGMA_WINDOW[:P:SLOWDOWN[:Q:SPEEDUP]]`
 (both: each worker's own speed, its slowest workers slower still and its
 fastest faster, and each window's draw around it), `trace:RUN_DIR` (a processes run's
-window times); `thesis` names the fit to the thesis' cluster, `thesis_v1`
+window times); `thesis_refit` names the fit to the thesis' cluster, `thesis`
 the fit before it.
 
 Example:
@@ -28,13 +28,13 @@ from typing import Dict, List, NamedTuple, Optional
 import numpy as np
 
 SPEED_MODELS = ("constant", "lognormal", "random", "straggler", "speeds",
-                "mixed", "trace", "thesis", "thesis_v1")
+                "mixed", "trace", "thesis_refit", "thesis")
 SPEED_MODEL_FORMS = ("constant", "lognormal:SIGMA", "random:SIGMA",
                      "straggler:P:SLOWDOWN", "speeds:S0,S1,...",
                      "mixed:SIGMA_WORKER:SIGMA_WINDOW[:P:SLOWDOWN[:Q:SPEEDUP]]",
                      "trace:RUN_DIR",
-                     "thesis", "thesis_v1")
-# `--speed_model=thesis_v1`: the first fit to the thesis' cluster, to its
+                     "thesis_refit", "thesis")
+# `--speed_model=thesis`: the first fit to the thesis' cluster, to its
 # staleness histogram of n = 20, λ = 15 alone by `scripts/fit_cluster.py` from
 # the clock alone (no training): of lognormal:σ and random:σ, σ on a grid of
 # 0.01 and 5 seeds each, random:0.26 is closest, at a total-variation
@@ -43,9 +43,9 @@ SPEED_MODEL_FORMS = ("constant", "lognormal:SIGMA", "random:SIGMA",
 # 23) match; it puts 1.5 % of commits below τ = 10, the thesis 9.8 %.
 # Per-window draws average out over a run: every worker finishes at about
 # the same time. experiments/results/cluster_fit_v1.{json,png}.
-THESIS_V1_SPEED_MODEL = "random:0.26"
-# `--speed_model=thesis`: the thesis' cluster as `scripts/fit_cluster.py`
-# fits it jointly with `agn_jax.sim.clock.PAPER` to the thesis' 98 run
+THESIS_SPEED_MODEL = "random:0.26"
+# `--speed_model=thesis_refit`: the thesis' cluster as `scripts/fit_cluster.py`
+# fits it jointly with `agn_jax.sim.clock.PAPER_REFIT` to the thesis' 98 run
 # times, its staleness histogram and its workers' staleness traces (a
 # persistent speed per worker: the thesis' n = 20 run had one worker about
 # half as fast as the others, finishing alone, and two faster ones): each
@@ -56,7 +56,7 @@ THESIS_V1_SPEED_MODEL = "random:0.26"
 # last 50 % of its commits alone (the thesis' worker 15: 47 %), its two
 # fastest commit 40 % of theirs below τ = 10 (workers 14 and 19: 32 %).
 # experiments/results/cluster_fit.{json,png}.
-THESIS_SPEED_MODEL = "mixed:0.1:0.1:0.05:2:0.1:1.6"
+THESIS_REFIT_SPEED_MODEL = "mixed:0.1:0.1:0.05:2:0.1:1.6"
 
 
 class SpeedModel(NamedTuple):
@@ -144,9 +144,9 @@ def parse_speed_model(text: str) -> SpeedModel:
     its first window as long after time 0 as that worker did after the
     run's start barrier, and its commits and pulls last as much longer or
     shorter than the cluster's as its windows are than the trace's mean.
-  * `thesis`: the thesis' cluster, `THESIS_SPEED_MODEL`, fitted with
-    `--cluster=paper` by `scripts/fit_cluster.py`; `thesis_v1`: the fit
-    before it, `THESIS_V1_SPEED_MODEL` (random:0.26, to the staleness
+  * `thesis_refit`: the thesis' cluster, `THESIS_REFIT_SPEED_MODEL`, fitted with
+    `--cluster=paper_refit` by `scripts/fit_cluster.py`; `thesis`: the fit
+    before it, `THESIS_SPEED_MODEL` (random:0.26, to the staleness
     histogram alone).
 
   Raises:
@@ -177,13 +177,13 @@ def parse_speed_model(text: str) -> SpeedModel:
 
   if kind not in SPEED_MODELS:
     raise bad(f"not one of {', '.join(SPEED_MODEL_FORMS)}")
-  if kind in ("constant", "thesis", "thesis_v1"):
+  if kind in ("constant", "thesis_refit", "thesis"):
     if rest:
       raise bad(f"{kind} takes no value")
     if kind == "constant":
       return SpeedModel()
-    return parse_speed_model(THESIS_SPEED_MODEL if kind == "thesis" else
-                             THESIS_V1_SPEED_MODEL)
+    return parse_speed_model(THESIS_REFIT_SPEED_MODEL if kind == "thesis_refit" else
+                             THESIS_SPEED_MODEL)
   if not rest:
     form = [f for f in SPEED_MODEL_FORMS if f.startswith(kind + ":")][0]
     raise bad(f"{kind} needs "

@@ -527,7 +527,10 @@ CPU_CELLS = ((40, 40), (10, 10), (10, 40), (25, 25), (40, 10), (40, 20),
 # The model as the thesis' Keras 2.0 built it (glorot_uniform kernels, zero
 # biases, Keras' Adam): docs/reproducing.md, "As Keras built it".
 KERAS_MODEL = ("--initializer=keras", "--worker_optimizer=keras_adam")
-REFIT_SETTING = THESIS_SETTING + KERAS_MODEL
+REFIT_CLUSTER, REFIT_SPEEDS = "paper_refit", "thesis_refit"
+REFIT_SETTING = (f"--data_assignment={THESIS_ASSIGNMENT}",
+                 f"--cluster={REFIT_CLUSTER}",
+                 f"--speed_model={REFIT_SPEEDS}") + KERAS_MODEL
 REFIT_SEEDED_CELLS = ((40, 10), (40, 20))
 # A seed "recovers" when the mean of its last five evaluations of the
 # center's test accuracy is at least this: the thesis' (40, 10) curve ends

@@ -30,8 +30,8 @@ def _model(n, lam=2, speed_model="constant", step=1.0, commit=0.0, pull=0.0,
 
 
 def _paper(n, lam, **overrides):
-  """`--cluster=paper_v1` (the first fit, to four times), whose numbers these tests work by hand."""
-  return clock.time_model(clock.PAPER_V1, PAPER_MLP, num_workers=n,
+  """`--cluster=paper` (the first fit, to four times), whose numbers these tests work by hand."""
+  return clock.time_model(clock.PAPER, PAPER_MLP, num_workers=n,
                             communication_window=lam, **overrides)
 
 
@@ -49,9 +49,9 @@ def _thesis_seconds(n, lam, **overrides):
 
 @pytest.mark.parametrize("n,lam,published", [
     (10, 10, 1066.08), (10, 40, 845.0), (20, 20, 432.93), (40, 40, 257.62)])
-def test_paper_v1_preset_reproduces_the_thesis_times(n, lam, published):
+def test_paper_preset_reproduces_the_thesis_times(n, lam, published):
   # The preset was fitted to these four times on the steps actually run
-  # (see clock.PAPER_V1): each within the report's ±10 %.
+  # (see clock.PAPER): each within the report's ±10 %.
   assert _thesis_seconds(n, lam) == pytest.approx(published, rel=0.10)
 
 
@@ -83,13 +83,13 @@ def test_paper_costs_follow_the_workload():
   assert model.step_seconds == pytest.approx(
       3.4837e9 / 9.25e9 + 44 * 4_798_010 / 5e9)
   # A second payload vector (adag) doubles the commit's bytes and apply.
-  adag = clock.time_model(clock.PAPER_V1, PAPER_MLP._replace(
+  adag = clock.time_model(clock.PAPER, PAPER_MLP._replace(
       payload_vectors=2), num_workers=40, communication_window=40)
   assert adag.server_apply_seconds == pytest.approx(
       2 * model.server_apply_seconds)
   assert adag.commit_seconds == pytest.approx(1e-3 + 2 * center * 8 / 0.305e9)
   # SGD's update touches less memory than Adam's.
-  sgd = clock.time_model(clock.PAPER_V1, PAPER_MLP._replace(
+  sgd = clock.time_model(clock.PAPER, PAPER_MLP._replace(
       optimizer_floats=2.0), num_workers=40, communication_window=40)
   assert sgd.step_seconds < model.step_seconds
   assert _paper(4, 4, server_apply_ms=7.0).server_apply_seconds == 0.007
@@ -512,10 +512,11 @@ def test_a_persistent_slow_worker_finishes_last_alone():
   # The thesis' cluster draws such a worker: in a short run of its n = 20,
   # λ = 15 workers, the slowest worker (its persistent speed) commits last,
   # its last commits alone at staleness 0. Per-window draws alone
-  # (thesis_v1) end every worker together.
+  # (thesis) end every worker together.
   for seed in range(3):
-    model = clock.time_model(clock.PAPER, PAPER_MLP, num_workers=20,
-                             communication_window=15, speed_model="thesis",
+    model = clock.time_model(clock.PAPER_REFIT, PAPER_MLP, num_workers=20,
+                             communication_window=15,
+                             speed_model="thesis_refit",
                              seed=seed)
     commits = list(schedule.EventSchedule(model, 20).drain())
     slowest = int(np.argmin(model.worker_speeds()))
@@ -524,8 +525,8 @@ def test_a_persistent_slow_worker_finishes_last_alone():
     assert len(alone) >= 2 and {c.worker for c in alone} == {slowest}
     assert schedule.staleness_of(commits, 20)[-len(alone) + 1:] == [0] * (
         len(alone) - 1)
-  v1 = clock.time_model(clock.PAPER_V1, PAPER_MLP, num_workers=20,
-                        communication_window=15, speed_model="thesis_v1")
+  v1 = clock.time_model(clock.PAPER, PAPER_MLP, num_workers=20,
+                        communication_window=15, speed_model="thesis")
   commits = list(schedule.EventSchedule(v1, 20).drain())
   assert len({c.worker for c in commits[-5:]}) > 1
 
@@ -549,7 +550,7 @@ def test_paper_apply_is_one_the_thesis_times_allow():
   # (the first fit's 0.495 s broke 20 of the 49 AGN times).
   from experiments.report import thesis  # pylint: disable=g-import-not-at-top
   apply = _paper(1, 1).server_apply_seconds
-  new = clock.time_model(clock.PAPER, PAPER_MLP, num_workers=1,
+  new = clock.time_model(clock.PAPER_REFIT, PAPER_MLP, num_workers=1,
                          communication_window=1).server_apply_seconds
   def broken(apply_seconds):
     return sum(seconds < n * int(SAMPLES / (128 * n) // lam) * apply_seconds
@@ -557,6 +558,8 @@ def test_paper_apply_is_one_the_thesis_times_allow():
                for seconds in (cell.agn_seconds, cell.aeasgd_seconds))
   assert broken(apply) >= 20
   assert broken(new) == 0
-  assert clock.preset("paper_v1") == clock.PAPER_V1
-  assert speeds.parse_speed_model("thesis_v1") == speeds.parse_speed_model(
+  # The first fit keeps its names: the runs committed on it recorded them.
+  assert clock.preset("paper") == clock.PAPER
+  assert speeds.parse_speed_model("thesis") == speeds.parse_speed_model(
       "random:0.26")
+  assert clock.preset("paper_refit") == clock.PAPER_REFIT
