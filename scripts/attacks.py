@@ -262,13 +262,15 @@ class Attacks(FlagAttacks, DataAttacks, RuntimeAttacks, ResumeAttacks,
     return expect_one_line_error(cli("compare", a, b), "compare")
 
   def attack_7d(self):
-    """--resume on a truncated checkpoint: one line, no file changed"""
+    """--resume with every checkpoint truncated: one line, no file changed"""
     workdir = self.copy("truncated")
-    step = os.path.dirname(os.path.dirname(meta_path(workdir)))
-    for parent, _, names in os.walk(os.path.join(step, "state")):
-      for name in names:
-        path = os.path.join(parent, name)
-        os.truncate(path, os.path.getsize(path) // 2)
+    # Every checkpoint: with an intact older one, the resume falls back to it
+    # and says so (attacks 19c-d).
+    for step in glob.glob(os.path.join(workdir, "checkpoints", "[0-9]*")):
+      for parent, _, names in os.walk(os.path.join(step, "state")):
+        for name in names:
+          path = os.path.join(parent, name)
+          os.truncate(path, os.path.getsize(path) // 2)
     before = snapshot(workdir)
     line = expect_one_line_error(
         cli("train", "--resume", f"--workdir={workdir}", "--epochs=4"),
