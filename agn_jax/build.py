@@ -41,8 +41,10 @@ def build_strategy(config: TrainConfig) -> strategies.Strategy:
       commits no delta.
   """
   config = check_strategy_settings(config)
+  schedule = (config.lr_schedule, config.warmup_steps, config.decay_steps,
+              config.final_lr_fraction)
   return _strategy(config.strategy, config.communication_window,
-                   config.worker_optimizer, config.learning_rate,
+                   config.worker_optimizer, config.learning_rate, schedule,
                    config.momentum, config.rho, config.elastic_learning_rate,
                    config.normalization, config.server_optimizer,
                    config.server_learning_rate, config.server_momentum,
@@ -54,12 +56,15 @@ def build_strategy(config: TrainConfig) -> strategies.Strategy:
 # next run (`agn_jax.sim.engine`).
 @kept
 def _strategy(name, communication_window, worker_optimizer, learning_rate,
-              momentum, rho, elastic_learning_rate, normalization,
+              schedule, momentum, rho, elastic_learning_rate, normalization,
               server_optimizer, server_learning_rate, server_momentum,
               server_every, commit_compression) -> strategies.Strategy:
   accepted = strategies.parameters(name)
-  inner = strategies.make_worker_optimizer(worker_optimizer, learning_rate,
-                                           momentum)
+  # The schedule reaches the strategy inside `inner`; `learning_rate` stays
+  # the peak rate for what a factory reads besides (adag's increment).
+  inner = strategies.make_worker_optimizer(
+      worker_optimizer,
+      strategies.learning_rate_schedule(learning_rate, *schedule), momentum)
   outer = strategies.make_server_optimizer(server_optimizer,
                                            server_learning_rate,
                                            server_momentum, server_every)

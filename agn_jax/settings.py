@@ -53,6 +53,8 @@ NON_NEGATIVE = Check(lambda v: _is_number(v) and v >= 0,
                      "a finite number >= 0")
 UNIT_INTERVAL = Check(lambda v: _is_number(v) and 0 <= v < 1,
                       "a number in [0, 1)")
+FRACTION = Check(lambda v: _is_number(v) and 0 <= v <= 1,
+                 "a number in [0, 1]")
 POSITIVE_INTS = Check(
     lambda v: isinstance(v, (list, tuple)) and bool(v) and all(
         _is_int(h) and 1 <= h <= MAX_INT for h in v),

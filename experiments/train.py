@@ -211,8 +211,8 @@ def format_settings(config: TrainConfig) -> str:
 
   A server optimizer's settings are shown where the run's reads them
   (`strategies.SERVER_OPTIMIZER_SETTINGS`); an elastic strategy's `α = ρη`
-  is shown next, and `commit_compression` last, where commits are
-  compressed.
+  is shown next, then a learning-rate schedule other than a constant rate,
+  and `commit_compression` last, where commits are compressed.
 
   Example:
     >>> format_settings(TrainConfig(strategy="aeasgd"))
@@ -235,6 +235,12 @@ def format_settings(config: TrainConfig) -> str:
                  f"{name}={value}")
   if used.elastic_alpha() is not None:
     parts.append(f"elastic_alpha={used.elastic_alpha():g}")
+  if used.lr_schedule != "constant" or used.warmup_steps:
+    parts.append(f"lr_schedule={used.lr_schedule} "
+                 f"warmup_steps={used.warmup_steps}")
+    if used.lr_schedule == "cosine":
+      parts.append(f"decay_steps={used.decay_steps} "
+                   f"final_lr_fraction={used.final_lr_fraction:g}")
   if used.commit_compression != "none":
     parts.append(f"commit_compression={used.commit_compression}")
   return f"{used.strategy}: " + " ".join(parts)

@@ -21,10 +21,13 @@ from agn_jax.errors import CheckpointError, resume_error
 # `resume_fixed`): they fix the parameter layout (model, hidden_sizes,
 # dataset), how the run began (initializer), the server state (strategy,
 # server_optimizer), the workers' (worker_optimizer: Keras' and optax's Adam
-# keep arrays of the same shapes), and what each worker's saved progress
-# means (dataset, dataset_size, seed, num_workers, communication_window,
-# batch_size). Everything else (epochs, learning rates, timers, restarts,
-# platform, data_dir) may change between sessions, e.g. to train longer.
+# keep arrays of the same shapes; lr_schedule, warmup_steps, decay_steps,
+# final_lr_fraction: the local step each worker's optimizer state counts
+# reads the same rate only under the same schedule), and what each worker's
+# saved progress means (dataset, dataset_size, seed, num_workers,
+# communication_window, batch_size). Everything else (epochs, learning
+# rates, timers, restarts, platform, data_dir) may change between sessions,
+# e.g. to train longer.
 RESUME_MUST_MATCH = config_lib.fields_where("resume_fixed")
 
 

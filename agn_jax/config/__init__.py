@@ -19,7 +19,8 @@ import importlib
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 # pylint: disable=unused-import
-from agn_jax.settings import (MAX_INT, NON_NEGATIVE, NON_NEGATIVE_INT,
+from agn_jax.settings import (FRACTION, MAX_INT, NON_NEGATIVE,
+                              NON_NEGATIVE_INT,
                               POSITIVE, POSITIVE_INT, POSITIVE_INTS,
                               UNIT_INTERVAL, BackendOptions, Check, accepts,
                               describe, directory_error, field_error,
@@ -206,6 +207,30 @@ class TrainConfig:
                                 "learning_rate"),
       check=POSITIVE.or_unset(say=False), strategy=True,
       generic_default=1e-3)
+  lr_schedule: str = setting(
+      "constant", "How the workers' learning rate moves with each worker's "
+      "own local steps t (counted from 0 in its optimizer's state, which "
+      "checkpoints keep): constant (--learning_rate throughout, as every run "
+      "so far) or cosine (from --learning_rate down to --final_lr_fraction "
+      "of it over --decay_steps local steps, optax's "
+      "warmup_cosine_decay_schedule). Either starts with --warmup_steps of "
+      "linear warm-up from 0. sync_data_parallel counts its rounds (the "
+      "server's steps), eamsgd takes none.",
+      choices=_names("agn_jax.strategies", "LR_SCHEDULES"), resume_fixed=True)
+  warmup_steps: int = setting(
+      0, "Local steps of linear warm-up from 0 to --learning_rate, each "
+      "worker's own (0: none).", check=NON_NEGATIVE_INT, resume_fixed=True)
+  decay_steps: Optional[int] = setting(
+      None, "With --lr_schedule=cosine (which needs it): the schedule's "
+      "length in each worker's local steps, warm-up included, > "
+      "--warmup_steps; after it the rate stays at --final_lr_fraction. A "
+      "worker's share of the run is epochs × training examples / "
+      "(num_workers × batch_size) local steps, in whole windows of "
+      "--communication_window: that many decays over the whole run.",
+      check=POSITIVE_INT.or_unset(), resume_fixed=True)
+  final_lr_fraction: float = setting(
+      0.1, "With --lr_schedule=cosine: the rate it ends at, as a fraction of "
+      "--learning_rate.", check=FRACTION, resume_fixed=True)
   momentum: Optional[float] = setting(
       None, _with_paper_default("Momentum δ of the momentum and nesterov "
                                 "optimizers (eamsgd's workers)", "momentum"),
@@ -571,6 +596,9 @@ def _check_strategy_fit(config: TrainConfig) -> None:
                        f"strategies ({', '.join(strategies.available())}), "
                        f"whose windows it knows how to shorten; got "
                        f"{name!r}")
+  error = _schedule_error(config)
+  if error:
+    raise ValueError(error)
   error = strategies.synchronous.fit_error(config)
   if error:
     raise ValueError(error)
@@ -582,3 +610,27 @@ def _check_strategy_fit(config: TrainConfig) -> None:
                        f"(it uses {own!r}), got normalization="
                        f"{config.normalization!r}; "
                        f"{_taking('normalization')} take one")
+
+
+def _schedule_error(config: TrainConfig) -> Optional[str]:
+  """Why the learning-rate schedule's settings do not fit together, or None."""
+  if config.lr_schedule == "cosine":
+    if config.decay_steps is None:
+      return ("lr_schedule=cosine needs decay_steps, its length in each "
+              "worker's local steps (warm-up included)")
+    if config.warmup_steps >= config.decay_steps:
+      return (f"warmup_steps={config.warmup_steps} must be less than "
+              f"decay_steps={config.decay_steps}, the cosine's whole length "
+              "(warm-up included)")
+  elif config.decay_steps is not None:
+    return (f"decay_steps={config.decay_steps} is the cosine's length: "
+            f"lr_schedule={config.lr_schedule} takes none")
+  if config.strategy == "eamsgd" and (config.lr_schedule != "constant" or
+                                      config.warmup_steps):
+    # `nesterov_anchor` recovers Zhang's x from y = x + δv as
+    # y + δηm, which holds only while η is the same at every step.
+    return ("eamsgd's elastic force acts on x = y + δηm, exact for a "
+            "constant learning rate only: it takes lr_schedule=constant and "
+            f"warmup_steps=0, got lr_schedule={config.lr_schedule} "
+            f"warmup_steps={config.warmup_steps}")
+  return None

@@ -223,7 +223,7 @@ class _Worker:
     jax = context.configure_jax(ctx.cache_dir)
     import jax.numpy as jnp
     config, strategy, _, loss_fn, layout = context.build_parts(ctx)
-    from agn_jax import build  # pylint: disable=g-import-not-at-top
+    from agn_jax import build, strategies  # pylint: disable=g-import-not-at-top
     task = build.build_task(config)
     arrays = ctx.data.arrays()
     x, y = arrays["x_train"], arrays["y_train"]
@@ -274,6 +274,9 @@ class _Worker:
     if stream:  # Set before the center was published or this acknowledged.
       plan = self.transport.window_plan(index)
     state = fns.init(center)
+    if done:  # A restarted worker: its schedule goes on from its own steps.
+      state = state._replace(opt_state=strategies.at_schedule_step(
+          state.opt_state, done))
     started = time.time()
     commits = base
     rejected_in_a_row = 0

@@ -11,7 +11,8 @@ written outside this package: `check_name`) and only calls its half-steps
 * `registry`: the strategies by name (`get_strategy`, `register`,
   `paper_defaults`) and their factories.
 * `optimizers`: the local and server optimizers the config names
-  (`make_worker_optimizer`, `make_server_optimizer`, `delayed_nesterov`).
+  (`make_worker_optimizer`, `make_server_optimizer`, `delayed_nesterov`)
+  and the workers' learning-rate schedule (`learning_rate_schedule`).
 * `synchronous`: the strategies that run in synchronous rounds
   (sync_data_parallel, diloco) and their round's exchange
   (`synchronous_exchange`).
@@ -31,13 +32,17 @@ from agn_jax.strategies.base import (Exchange, Payload, ResidualWorkerState,
                                      elastic_commit, exchange, keep_pull,
                                      nesterov_anchor, reanchor_pull,
                                      server_rule, with_compression)
-from agn_jax.strategies.optimizers import (SERVER_OPTIMIZER_SETTINGS,
+from agn_jax.strategies.optimizers import (LR_SCHEDULES,
+                                           SERVER_OPTIMIZER_SETTINGS,
                                            SERVER_OPTIMIZERS,
                                            WORKER_OPTIMIZERS,
                                            DelayedNesterovState,
-                                           check_positive, delayed_nesterov,
+                                           at_schedule_step, check_positive,
+                                           delayed_nesterov,
+                                           learning_rate_schedule,
                                            make_server_optimizer,
                                            make_worker_optimizer,
+                                           schedule_step,
                                            server_optimizers_using)
 from agn_jax.strategies.registry import (_PAPER_DEFAULTS, _REGISTRY,
                                          adag_strategy, aeasgd_strategy,
@@ -53,18 +58,22 @@ from agn_jax.strategies.synchronous import (LastGradient, SynchronousRound,
                                             synchronous_exchange)
 
 __all__ = [
-    "DelayedNesterovState", "Exchange", "LastGradient", "Payload",
+    "DelayedNesterovState", "Exchange", "LR_SCHEDULES", "LastGradient",
+    "Payload",
     "ResidualWorkerState", "SERVER_OPTIMIZERS", "SERVER_OPTIMIZER_SETTINGS",
     "ServerRule", "ServerState", "Strategy", "SynchronousRound",
     "WORKER_OPTIMIZERS", "WorkerState", "adag_increment", "adag_strategy",
-    "add_increment", "aeasgd_strategy", "agn_strategy", "available",
+    "add_increment", "aeasgd_strategy", "agn_strategy", "at_schedule_step",
+    "available",
     "check_name", "check_positive", "delayed_nesterov",
     "delta_and_center_commit", "delta_commit", "diloco_strategy",
     "downpour_strategy", "dynsgd_increment", "dynsgd_strategy",
     "eamsgd_strategy", "elastic_commit", "exchange", "get_strategy",
-    "hold_gradient", "is_synchronous", "keep_pull", "make_server_optimizer",
+    "hold_gradient", "is_synchronous", "keep_pull", "learning_rate_schedule",
+    "make_server_optimizer",
     "make_worker_optimizer", "nesterov_anchor", "paper_defaults",
-    "parameters", "reanchor_pull", "register", "server_optimizers_using",
+    "parameters", "reanchor_pull", "register", "schedule_step",
+    "server_optimizers_using",
     "server_rule", "sync_data_parallel_strategy", "synchronous_exchange",
     "with_compression",
 ]

@@ -15,6 +15,7 @@ import optax
 from agn_jax import compression as compression_lib
 from agn_jax import transform
 from agn_jax import wire
+from agn_jax.strategies.optimizers import at_schedule_step, schedule_step
 
 # What a worker commits: "delta", plus "stale_center" for adag. With a
 # `Strategy.compression`, "delta" is the codec's encoding of it.
@@ -508,18 +509,28 @@ class Strategy:
     Returns:
       The state for the next window: `pull_fn`'s after an accepted commit,
       `init_worker(center)` after a rejected one (the optimizer state, e.g.
-      Adam's moments, may be what diverged). A Python bool returns that one
-      state as it is: a leaf the pull leaves alone is the very array passed
-      in (the simulator writes back only the leaves a half-step changed).
+      Adam's moments, may be what diverged), its learning-rate schedule
+      still at the worker's local step (`at_schedule_step`). A Python bool
+      returns that one state as it is: a leaf the pull leaves alone is the
+      very array passed in (the simulator writes back only the leaves a
+      half-step changed).
     """
     if isinstance(accepted, bool) and not accepted:
-      return self.init_worker(center)
+      return self._restart(state, center)
     kept = self.worker_state(
         *self.pull_fn(state.params, state.opt_state, center),
         getattr(state, "residual", None))
     if isinstance(accepted, bool):
       return kept
-    return _where(accepted, kept, self.init_worker(center))
+    return _where(accepted, kept, self._restart(state, center))
+
+  def _restart(self, state: WorkerState, center) -> WorkerState:
+    """`init_worker(center)`, its schedule's count kept from `state`: the local steps taken stay taken."""
+    fresh = self.init_worker(center)
+    step = schedule_step(state.opt_state)
+    if step is None:
+      return fresh
+    return fresh._replace(opt_state=at_schedule_step(fresh.opt_state, step))
 
 
 class Exchange(NamedTuple):

@@ -78,7 +78,7 @@ def scale_by_keras_adam(b1: float = 0.9, b2: float = 0.999,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-def keras_adam(learning_rate: float = 1e-3, b1: float = 0.9,
+def keras_adam(learning_rate: optax.ScalarOrSchedule = 1e-3, b1: float = 0.9,
                b2: float = 0.999, eps: float = KERAS_ADAM_EPSILON
               ) -> optax.GradientTransformation:
   """Keras 2.0's `Adam`: `θ ← θ − lr · sqrt(1 − b2ᵗ) / (1 − b1ᵗ) · m / (sqrt(v) + eps)`.
@@ -88,7 +88,9 @@ def keras_adam(learning_rate: float = 1e-3, b1: float = 0.9,
   scaled by `1 / sqrt(1 − b2ᵗ)` (see the module's docstring).
 
   Args:
-    learning_rate: `lr`, > 0 (Keras' default 1e-3).
+    learning_rate: `lr`, > 0 (Keras' default 1e-3), or a schedule of the
+      step: `optax.scale_by_learning_rate` evaluates it at `t − 1`, the
+      updates before this one, the same count as the `t` above.
     b1: `beta_1`.
     b2: `beta_2`.
     eps: `epsilon` (Keras 2.0's 1e-8).
@@ -106,7 +108,7 @@ def keras_adam(learning_rate: float = 1e-3, b1: float = 0.9,
   References:
     keras-team/keras 2.0.5, `keras/optimizers.py`, `Adam`.
   """
-  if not learning_rate > 0:
+  if not callable(learning_rate) and not learning_rate > 0:
     raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
   return optax.chain(scale_by_keras_adam(b1, b2, eps),
                      optax.scale_by_learning_rate(learning_rate))
@@ -142,7 +144,7 @@ def scale_by_keras_adagrad(eps: float = KERAS_ADAGRAD_EPSILON
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-def keras_adagrad(learning_rate: float = 1e-2,
+def keras_adagrad(learning_rate: optax.ScalarOrSchedule = 1e-2,
                   eps: float = KERAS_ADAGRAD_EPSILON
                  ) -> optax.GradientTransformation:
   """Keras 2.0's `Adagrad`: `a ← a + g²`, `θ ← θ − lr · g / (sqrt(a) + eps)`, `a` from 0.
@@ -151,7 +153,8 @@ def keras_adagrad(learning_rate: float = 1e-2,
   the module's docstring).
 
   Args:
-    learning_rate: `lr`, > 0 (Keras' default 1e-2).
+    learning_rate: `lr`, > 0 (Keras' default 1e-2), or a schedule of the
+      step (the updates before this one).
     eps: `epsilon` (Keras 2.0's 1e-8).
 
   Returns:
@@ -167,7 +170,7 @@ def keras_adagrad(learning_rate: float = 1e-2,
   References:
     keras-team/keras 2.0.5, `keras/optimizers.py`, `Adagrad`.
   """
-  if not learning_rate > 0:
+  if not callable(learning_rate) and not learning_rate > 0:
     raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
   return optax.chain(scale_by_keras_adagrad(eps),
                      optax.scale_by_learning_rate(learning_rate))

@@ -29,12 +29,114 @@ def check_positive(**values):
 
 
 
+# The learning-rate schedules `--lr_schedule` names.
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate_schedule(learning_rate: float, lr_schedule: str = "constant",
+                           warmup_steps: int = 0,
+                           decay_steps: Optional[int] = None,
+                           final_lr_fraction: float = 0.1
+                          ) -> optax.ScalarOrSchedule:
+  """The workers' learning rate at each of their local steps: `--lr_schedule`.
+
+  With `η` = `learning_rate`, `W` = `warmup_steps`, `D` = `decay_steps`
+  and `f` = `final_lr_fraction`, the rate of local step `t` (from 0: the
+  count of the optimizer's updates before this one) is
+
+      t < W:       η t / W                                (warm-up from 0)
+      constant:    η                                      (t >= W)
+      cosine:      f η + (1 − f) η (1 + cos(π (t − W) / (D − W))) / 2
+                   for W <= t < D, and f η from D on
+
+  optax's schedules compute it (`optax.linear_schedule`,
+  `optax.warmup_cosine_decay_schedule`); the optimizer keeps the count `t`
+  in its state (`optax.ScaleByScheduleState`), so every worker counts its
+  own local steps and a checkpoint of its state holds where it is.
+  `constant` without warm-up is the number `η` itself: the optimizer and
+  its state are then exactly those of a run without a schedule.
+
+  Args:
+    learning_rate: `η`, the peak rate, > 0.
+    lr_schedule: one of `LR_SCHEDULES`.
+    warmup_steps: `W`, local steps of linear warm-up from 0, >= 0.
+    decay_steps: `D`, the cosine's whole length, warm-up included (as
+      optax counts it), > `W`; cosine only (constant takes None).
+    final_lr_fraction: `f`, in [0, 1]: where the cosine ends, as a fraction
+      of `η`.
+
+  Returns:
+    `η` (a float), or an `optax.Schedule`.
+
+  Example:
+    >>> lr = learning_rate_schedule(1.0, "cosine", warmup_steps=2,
+    ...                             decay_steps=4, final_lr_fraction=0.0)
+    >>> [round(float(lr(t)), 3) for t in range(6)]
+    [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
+  """
+  check_positive(learning_rate=learning_rate)
+  if lr_schedule not in LR_SCHEDULES:
+    raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, "
+                     f"got {lr_schedule!r}")
+  if isinstance(warmup_steps, bool) or not isinstance(
+      warmup_steps, int) or warmup_steps < 0:
+    raise ValueError(f"warmup_steps must be an integer >= 0, got "
+                     f"{warmup_steps!r}")
+  if lr_schedule == "constant":
+    if decay_steps is not None:
+      raise ValueError(f"decay_steps is the cosine's length: "
+                       f"lr_schedule=constant takes none, got {decay_steps!r}")
+    return (optax.linear_schedule(0.0, learning_rate, warmup_steps)
+            if warmup_steps else learning_rate)
+  if isinstance(decay_steps, bool) or not isinstance(
+      decay_steps, int) or decay_steps <= warmup_steps:
+    raise ValueError(f"decay_steps (the cosine's length, warm-up included) "
+                     f"must be an integer > warmup_steps={warmup_steps}, got "
+                     f"{decay_steps!r}")
+  if not 0 <= final_lr_fraction <= 1:
+    raise ValueError(f"final_lr_fraction must be in [0, 1], got "
+                     f"{final_lr_fraction!r}")
+  return optax.warmup_cosine_decay_schedule(
+      0.0, learning_rate, warmup_steps, decay_steps,
+      end_value=final_lr_fraction * learning_rate)
+
+
+def _is_schedule_state(node) -> bool:
+  return isinstance(node, optax.ScaleByScheduleState)
+
+
+def at_schedule_step(opt_state: optax.OptState, step) -> optax.OptState:
+  """`opt_state` with every schedule's count set to `step`: where a worker that restarts after `step` local steps resumes its schedule.
+
+  A state without a schedule (`learning_rate_schedule`'s constant rate) is
+  returned as it is. Jittable.
+
+  Example:
+    >>> tx = optax.sgd(learning_rate_schedule(1.0, "constant",
+    ...                                       warmup_steps=4))
+    >>> state = at_schedule_step(tx.init(jnp.zeros(1)), 2)
+    >>> tx.update(jnp.ones(1), state)[0]  # The rate of step 2: 2/4.
+    Array([-0.5], dtype=float32)
+  """
+  return jax.tree.map(
+      lambda s: s._replace(count=jnp.asarray(step, s.count.dtype))
+      if _is_schedule_state(s) else s, opt_state, is_leaf=_is_schedule_state)
+
+
+def schedule_step(opt_state: optax.OptState) -> Optional[jax.Array]:
+  """The count of the first schedule in `opt_state` (`at_schedule_step`), or None without one."""
+  for node in jax.tree.leaves(opt_state, is_leaf=_is_schedule_state):
+    if _is_schedule_state(node):
+      return node.count
+  return None
+
+
 # The local optimizers `--worker_optimizer` names.
 WORKER_OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adagrad",
                      "keras_adam", "keras_adagrad")
 
 
-def make_worker_optimizer(name: str, learning_rate: float,
+def make_worker_optimizer(name: str, learning_rate: optax.ScalarOrSchedule,
                           momentum: float = 0.9) -> optax.GradientTransformation:
   """The local optimizer named by `--worker_optimizer`: one of `WORKER_OPTIMIZERS`.
 
@@ -45,9 +147,11 @@ def make_worker_optimizer(name: str, learning_rate: float,
   `keras_adagrad` are Keras 2.0's, what the thesis' dist-keras workers ran
   (`agn_jax.strategies.keras_optimizers`: ε placed as Keras places it, and
   Adagrad's accumulator from 0); Keras' SGD, with or without (Nesterov)
-  momentum, is optax's already.
+  momentum, is optax's already. `learning_rate` is a number or a schedule
+  of the local step (`learning_rate_schedule`).
   """
-  check_positive(learning_rate=learning_rate)
+  if not callable(learning_rate):
+    check_positive(learning_rate=learning_rate)
   if name == "adam":
     return optax.adam(learning_rate)
   if name == "sgd":

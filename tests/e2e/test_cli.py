@@ -140,6 +140,7 @@ BAD_FLAGS = {
     "infinite checkpoint period": (["--checkpoint_every_seconds=inf"],
                                    "--checkpoint_every_seconds"),
     "bad normalization": (["--normalization=max"], "--normalization"),
+    "final fraction": (["--final_lr_fraction=1.5"], "--final_lr_fraction"),
     "hidden sizes": (["--hidden_sizes=64,,x"], "--hidden_sizes"),
     "unknown flag": (["--num_worker=4"], "num_worker"),
     "positional": (["extra"], "extra"),
@@ -204,6 +205,9 @@ def test_bad_flags_are_one_line_errors(tmp_path, case, monkeypatch, capsys):
     (["--strategy=aeasgd", "--normalization=window"], "normalization", False),
     (["--dynamic_local_updates", "--communication_window=1"],
      "communication_window > 1", False),
+    (["--lr_schedule=cosine", "--warmup_steps=10", "--decay_steps=5"],
+     "warmup_steps=10 must be less than decay_steps=5", False),
+    (["--lr_schedule=cosine"], "lr_schedule=cosine needs decay_steps", False),
 ])
 def test_settings_the_strategy_cannot_honour_are_one_line_errors(
     tmp_path, args, named, subprocess_, monkeypatch, capsys):

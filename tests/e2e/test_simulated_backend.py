@@ -13,8 +13,9 @@ import pytest
 
 from agn_jax import TrainConfig, checkpoint, data
 from agn_jax.runtime import train
+from agn_jax.errors import CheckpointError
 from helpers import (REPO, assert_one_line_error, damage_checkpoint,
-                     metrics_rows, run_cli, train_here)
+                     metrics_rows, run_cli, snapshot, train_here)
 
 
 # Fields that follow the wall clock; everything else must repeat exactly.
@@ -193,6 +194,30 @@ def test_resumed_run_continues_exactly(tmp_path, reference):
       metrics_rows(tmp_path / "halves", {"commit"}))]
   assert first_half == [dict(r, expected_commits=None) for r in
                         _without_wall(metrics_rows(workdir, {"commit"}))]
+
+
+def test_a_resumed_run_goes_on_along_its_learning_rate_schedule(tmp_path):
+  # Each worker's schedule counts in its optimizer's state, which the
+  # checkpoint holds: interrupted at half its 30 local steps (past the
+  # warm-up, inside the cosine) and resumed, the run is the one that went
+  # through in one go. A resume under another schedule is refused.
+  # Resolved, as the CLI's are: the checkpoint keeps the optimizer it ran.
+  schedule = dict(num_workers=2, epochs=2.0, eval_every_rounds=0,
+                  lr_schedule="cosine", warmup_steps=5, decay_steps=30,
+                  final_lr_fraction=0.1, dataset_size=480)
+  config = lambda name, **changes: _config(
+      tmp_path, name=name, **dict(schedule, **changes)).resolved()
+  whole = train(config("whole"))
+  train(config("halves", epochs=1.0))
+  (tmp_path / "halves" / "summary.json").unlink()
+  before = snapshot(tmp_path / "halves")
+  with pytest.raises(CheckpointError, match="decay_steps=30.*decay_steps=40"):
+    train(config("halves", resume=True, decay_steps=40))
+  assert snapshot(tmp_path / "halves") == before
+  resumed = train(config("halves", resume=True))
+  assert resumed["resumed_from_commit"] == whole["num_commits"] // 2
+  np.testing.assert_array_equal(np.load(tmp_path / "whole" / "center.npy"),
+                                np.load(tmp_path / "halves" / "center.npy"))
 
 
 # soak: tests/e2e/test_simulator_e2e.py's OneWorkerTest.test_equals_lookahead

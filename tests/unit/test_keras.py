@@ -32,13 +32,18 @@ GRADIENTS = np.array([[1e-8, -3e-9, 0.5, 0.0],
                       [-1e-8, 4e-9, 0.1, -0.3]])
 
 
+def _rate(lr, t):
+  """`lr`, or a schedule's rate at step t (from 1): `lr(t − 1)`, the updates before it."""
+  return float(lr(t - 1)) if callable(lr) else lr
+
+
 def keras_adam_reference(gradients, lr, b1=0.9, b2=0.999, eps=1e-8):
-  """θ after each step of Keras 2.0's `Adam.get_updates`, from θ = 0."""
+  """θ after each step of Keras 2.0's `Adam.get_updates`, from θ = 0 (`lr`: a number or a schedule)."""
   theta = np.zeros(gradients.shape[1])
   m, v = np.zeros_like(theta), np.zeros_like(theta)
   out = []
   for t, g in enumerate(gradients, start=1):
-    lr_t = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
+    lr_t = _rate(lr, t) * np.sqrt(1 - b2**t) / (1 - b1**t)
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g**2
     theta = theta - lr_t * m / (np.sqrt(v) + eps)
@@ -47,13 +52,13 @@ def keras_adam_reference(gradients, lr, b1=0.9, b2=0.999, eps=1e-8):
 
 
 def keras_adagrad_reference(gradients, lr, eps=1e-8):
-  """θ after each step of Keras 2.0's `Adagrad.get_updates`, from θ = 0."""
+  """θ after each step of Keras 2.0's `Adagrad.get_updates`, from θ = 0 (`lr`: a number or a schedule)."""
   theta = np.zeros(gradients.shape[1])
   a = np.zeros_like(theta)
   out = []
-  for g in gradients:
+  for t, g in enumerate(gradients, start=1):
     a = a + g**2
-    theta = theta - lr * g / (np.sqrt(a) + eps)
+    theta = theta - _rate(lr, t) * g / (np.sqrt(a) + eps)
     out.append(theta)
   return np.stack(out)
 
