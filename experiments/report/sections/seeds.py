@@ -86,7 +86,7 @@ def _seeds(ctx: Context) -> List[str]:
            f"test accuracy and, beside it, the mean of its last "
            f"{LAST_EVALUATIONS} evaluations (one evaluation can catch a "
            "swing). At the preset's seeded cells, the fraction of seeds that "
-           f"recover by a rule fixed before the runs: {RECOVERY_RULE}.", ""]
+           f"recover: {RECOVERY_RULE}.", ""]
   rows, fractions = [], []
   for n, l in cells:
     for strategy in (design.REFERENCE, design.BASELINE):
