@@ -30,6 +30,9 @@ def test_the_report_reads_summary_claims_then_rq1_to_rq5_and_ends_with_what_has_
              if l.startswith("- ")]
   assert len(bullets) == 5
   assert "0 of " in bullets[-1] and "has not run yet" in bullets[0]
+  # A sweep with no runs has shown nothing "so far"; the committed report,
+  # every setting run, says it without.
+  assert "pattern so far." in section(text, "DOWNPOUR")
 
 
 def test_a_seed_recovers_by_the_mean_of_its_last_five_evaluations():
