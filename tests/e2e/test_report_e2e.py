@@ -669,3 +669,72 @@ def test_a_study_from_before_the_mechanism_section_reports_it_not_run(
   # What a resumed study would run: exactly the mechanism's runs.
   pending = [r for r in p.runs if not rundirs.completed(r.path(old))]
   assert pending == list(p.section_runs(design.MECHANISM))
+
+
+def test_the_summary_and_the_98_row_count_the_same_cells(study):
+  study_dir, _, text = study
+  row = re.search(r"^\| AGN reaches about 98 % .*? \| (\d+) of (\d+) cells "
+                  r"≥ 97\.5 %: (.*?); (\d+) below: (.*?) \(median",
+                  section(text, "The paper's claims"), re.M)
+  assert row
+  passed, shown, failed = int(row.group(1)), int(row.group(2)), int(
+      row.group(4))
+  assert passed + failed == shown
+  # Each listed cell's figure is its AGN run's (one seed), on its side of
+  # 97.5 %.
+  for group, above in ((3, True), (5, False)):
+    for n, l, value in re.findall(r"\((\d+), (\d+)\) ([\d.]+) %",
+                                  row.group(group)):
+      agn = summary(study_dir, "grid", f"agn-n{n}-l{l}-s0")
+      assert float(value) == pytest.approx(
+          100 * agn["final_test_accuracy"], abs=0.006)
+      assert (agn["final_test_accuracy"] >= 0.975) == above
+  bullets = [l for l in section(text, "Summary").splitlines()
+             if l.startswith("- ")]
+  assert len(bullets) == 5
+  assert f"Across the {shown} grid cells run, AGN reaches 97.5 % test " \
+         f"accuracy in {passed} of them" in bullets[1]
+  # The questions' answers, in order, as the overview table gives them.
+  answers = re.findall(r"^\| (RQ\d) \| .* \| \*\*(.*)\*\* \|$",
+                       section(text, "Research questions"), re.M)
+  assert bullets[3] == "- Research questions: " + ", ".join(
+      f"{rq} {a}" for rq, a in answers) + "."
+  assert [rq for rq, _ in answers] == ["RQ1", "RQ2", "RQ3", "RQ4", "RQ5"]
+
+
+def test_each_seed_of_a_seeded_cell_and_its_recovery_come_from_its_runs(
+    study, tmp_path):
+  # The quick study with a second seed at its first cell: the study resumes
+  # and runs only that pair.
+  study_dir, _, _ = study
+  copy = str(tmp_path / "study")
+  shutil.copytree(study_dir, copy)
+  p = design.preset("quick")
+  cell = p.grid_cells[0]
+  extra = tuple(r._replace(seed=1) for r in p.section_runs(design.GRID)
+                if r.cell == cell)
+  p = p._replace(runs=p.runs + extra, headline_seeds=2)
+  books = runner.Study(copy)
+  assert not runner.run_all(p, books, show_progress=False,
+                            log=lambda _: None)
+  path = sections.write(sections.Context.build(
+      p, books, str(tmp_path / "out"), ("thesis", 5.0)))
+  with open(path) as f:
+    part = section(f.read(), "The grid")
+  assert "### Each seed" in part
+  n, l = cell
+  for strategy in ("agn", "aeasgd"):
+    cells, recovered = [], 0
+    for seed in (0, 1):
+      name = f"{strategy}-n{n}-l{l}-s{seed}"
+      with open(os.path.join(copy, "grid", name, "metrics.jsonl")) as f:
+        evals = [json.loads(line) for line in f]
+      evals = sorted((e for e in evals if e.get("event") == "eval"),
+                     key=lambda e: e["sim_time"])
+      last = sum(e["accuracy"] for e in evals[-5:]) / len(evals[-5:])
+      recovered += last >= 0.90
+      final = summary(copy, "grid", name)["final_test_accuracy"]
+      cells.append(f"{100 * final:.2f} % ({100 * last:.2f} %)")
+    assert (f"| {n} | {l} | {strategy.upper()} | {'; '.join(cells)} | "
+            f"{recovered} of 2 |") in part
+    assert f"{strategy.upper()} at n = {n}, λ = {l}: {recovered} of 2" in part

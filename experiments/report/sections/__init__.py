@@ -1,7 +1,9 @@
 """REPORT.md, one module per section; `write` puts them together.
 
-Each section module has `render(ctx) -> List[str]` (Markdown lines); the
-claims table opens the report, the compute ledger closes it.
+Each section module has `render(ctx) -> List[str]` (Markdown lines); a
+five-line summary and the claims table open the report, the research
+questions follow in order, the compute ledger and what has not run yet
+close it.
 """
 
 import os
@@ -213,9 +215,13 @@ def write(ctx: Context) -> str:
   from experiments.report.sections import momentum
   from experiments.report.sections import normalization
   from experiments.report.sections import paper
+  from experiments.report.sections import pending
   from experiments.report.sections import questions
+  from experiments.report.sections import scaling
+  from experiments.report.sections import seeds
   from experiments.report.sections import sensitivity
   from experiments.report.sections import staleness
+  from experiments.report.sections import summary
   from experiments.report.sections import beyond
   from experiments.report.sections import language_model
   # pylint: enable=g-import-not-at-top
@@ -234,12 +240,17 @@ def write(ctx: Context) -> str:
   if p.name == "beyond":
     order = (language_model, beyond, ledger)
   else:
-    lines += claims.render(ctx)
+    found = claims.claims(ctx)
+    lines += summary.render(ctx, found)
+    lines += claims.render(ctx, found)
     lines += questions.render(ctx)
-    order = (grid, sensitivity, paper, ablation, normalization, momentum,
-             staleness, downpour, heuristic, dynsgd, alignment, diloco,
-             beyond, ledger)
     lines += _beyond_link(ctx)
+    # The reproduction first (the grid and what explains it), then the
+    # research questions in their order, then what lies beyond the paper;
+    # what has not run closes the report.
+    order = (grid, seeds, sensitivity, paper, ablation, staleness, downpour,
+             heuristic, normalization, momentum, dynsgd, alignment, scaling,
+             diloco, beyond, ledger, pending)
   for section in order:
     lines += section.render(ctx)
   path = os.path.join(ctx.output_dir, "REPORT.md")

@@ -118,7 +118,9 @@ def render(ctx: Context) -> List[str]:
   matching = [setting_text(v) for v, m in shown.items() if m]
   lines += [("The thesis' pattern (n = 10 converges, n = 20 diverges) shows "
              "under: " + ", ".join(matching) + "." if matching else
-             "No setting shows the thesis' pattern so far."), ""]
+             "No setting shows the thesis' pattern"
+             + ("." if all(m is not None for m in shown.values()) and
+                len(shown) == len(settings) else " so far.")), ""]
   if plotted:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))

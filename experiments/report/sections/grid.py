@@ -12,33 +12,10 @@ from experiments.report import budget
 from experiments.report import design
 from experiments.report import results as results_lib
 from experiments.report import thesis
-from experiments.report.sections import (CANNOT_TELL, FAILS, HOLDS,
-                                         NOT_RUN_YET, Answer, Context,
-                                         answer_lines, duration,
-                                         estimate_text, heading, pct, pyplot,
-                                         runs_line, save, table)
+from experiments.report.sections import (Context, duration, estimate_text,
+                                         pyplot, runs_line, save, table)
 
 Cell = Tuple[int, int]
-RQ, TITLE = "RQ5", "AGN and AEASGD across n and λ"
-QUESTION = ("How do the number of workers n and the communication window λ "
-            "change AGN's accuracy against AEASGD's? The thesis: AGN copes "
-            "with more workers better than AEASGD; its test accuracy "
-            "\"remains stable even with 40 workers\" while AEASGD's drops as "
-            "n grows.")
-# AGN's drop from the smallest to the largest n is smaller (more robust)
-# or larger (less robust) than AEASGD's when they part by more than this.
-DROP_POINTS = 0.005
-MORE, LESS, LEVEL = "more robust", "less robust", "level"
-RULE = ("At each λ the grid shows at two or more n, each strategy's drop in "
-        "final test accuracy (mean over seeds) from the smallest to the "
-        "largest n; AGN is more robust at that λ when its drop is smaller "
-        "than AEASGD's by more than 0.5 points, less robust in the mirror "
-        "case, else level. The thesis' answer holds when AGN is more robust "
-        "at a majority of those λ, fails when it is less robust at a "
-        "majority, else (or with no λ at two n) the runs cannot tell. On the "
-        "thesis' whole table the rule gives its answer: from n = 10 to 40 "
-        "AGN is more robust at 5 of its 7 λ (less at λ = 10, level at 15). "
-        "It is applied to the thesis' table at our cells too.")
 
 
 def cell_summary(ctx: Context, cell: Cell,
@@ -48,7 +25,8 @@ def cell_summary(ctx: Context, cell: Cell,
 
   Returns:
     {"windows": per worker, "agn"/"aeasgd": {"test", "train", "seconds"}
-    estimates, "e_train"/"e_test": estimates of E(AGN, AEASGD), "seeds"}.
+    estimates, "e_train"/"e_test": estimates of E(AGN, AEASGD),
+    "e_train_seeds": each seed's E train, "seeds"}.
   """
   results = results or ctx.results
   pairs = results.pairs(design.GRID, cell)
@@ -63,6 +41,7 @@ def cell_summary(ctx: Context, cell: Cell,
         "train": results_lib.estimate([r.train_accuracy for r in runs]),
         "seconds": results_lib.estimate([r.seconds for r in runs])}
   es = [ctx.efficiency_of(a, b) for a, b in pairs]
+  out["e_train_seeds"] = [e["train"] for e in es]
   out["e_train"] = results_lib.estimate([e["train"] for e in es])
   out["e_test"] = results_lib.estimate([e["test"] for e in es])
   return out
@@ -88,6 +67,23 @@ def _beside(ours: results_lib.Estimate, theirs: Optional[float],
   return text
 
 
+def colour_limit(offsets: np.ndarray, percentile: float = 90.0) -> float:
+  """A symmetric colour limit: the `percentile` of the finite |offsets| (1e-3 at least; 1 if none).
+
+  The percentile is one of the values, never between two, so with two or
+  more cells the largest alone never sets the scale.
+
+  >>> colour_limit(np.array([0.1, -0.2, 0.3, np.nan, -80.0]))
+  0.3
+  >>> colour_limit(np.array([np.nan])), colour_limit(np.array([0.0]))
+  (1.0, 0.001)
+  """
+  found = np.abs(offsets[np.isfinite(offsets)])
+  if not len(found):
+    return 1.0
+  return max(float(np.percentile(found, percentile, method="lower")), 1e-3)
+
+
 def _heatmaps(ctx: Context, cells: Dict[Cell, Dict[str, object]]
               ) -> Optional[str]:
   """Ours − the thesis', on the thesis' 7 × 7 axes."""
@@ -106,8 +102,8 @@ def _heatmaps(ctx: Context, cells: Dict[Cell, Dict[str, object]]
   if not cells or p.name == "quick":
     return None
   plt = pyplot()
-  fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
-  for ax, (title, value) in zip(axes, panels):
+  fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+  for ax, (title, value) in zip(axes.flat, panels):
     grid = np.full((len(p.workers), len(p.windows)), np.nan)
     for (n, l), s in cells.items():
       t = thesis.cell(n, l)
@@ -115,22 +111,28 @@ def _heatmaps(ctx: Context, cells: Dict[Cell, Dict[str, object]]
       if v is not None and n in p.workers and l in p.windows:
         grid[p.workers.index(n), p.windows.index(l)] = v
     center = 1.0 if "/" in title else 0.0
-    spread = (np.nanmax(np.abs(grid - center)) if np.any(np.isfinite(grid))
-              else 1.0) or 1e-3
+    spread = colour_limit(grid - center)
     image = ax.imshow(grid, cmap="RdBu", origin="lower", aspect="auto",
                       vmin=center - spread, vmax=center + spread)
     for i in range(len(p.workers)):
       for j in range(len(p.windows)):
         if np.isfinite(grid[i, j]):
+          dark = abs(grid[i, j] - center) > 0.6 * spread
           ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center",
-                  fontsize=7)
-    ax.set_xticks(range(len(p.windows)), [str(l) for l in p.windows])
-    ax.set_yticks(range(len(p.workers)), [str(n) for n in p.workers])
-    ax.set_xlabel("communication window λ")
-    ax.set_ylabel("workers n")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=ax, shrink=0.8)
-  fig.suptitle("Ours against the thesis' table (blank: not run)")
+                  fontsize=11, color="white" if dark else "black")
+    ax.set_xticks(range(len(p.windows)), [str(l) for l in p.windows],
+                  fontsize=11)
+    ax.set_yticks(range(len(p.workers)), [str(n) for n in p.workers],
+                  fontsize=11)
+    ax.set_xlabel("communication window λ", fontsize=11)
+    ax.set_ylabel("workers n", fontsize=11)
+    ax.set_title(title, fontsize=12)
+    bar = fig.colorbar(image, ax=ax, shrink=0.85, extend="both")
+    bar.ax.tick_params(labelsize=10)
+  fig.suptitle("Ours against the thesis' table (blank: not run)\ncolours "
+               "saturate at the 90th percentile of each panel's distance "
+               "from no difference, so one outlier cannot wash out the rest",
+               fontsize=12)
   fig.tight_layout()
   return save(fig, ctx.figure("grid-vs-thesis.png"))
 
@@ -248,59 +250,14 @@ def setting_lines(run: design.RunSpec) -> List[str]:
   return [text + ".", ""]
 
 
-def below_seconds(times: np.ndarray, values: np.ndarray,
-                  level: float = 0.90) -> Optional[float]:
-  """Seconds from the start until a curve last comes up through `level` (None if it never does).
-
-  >>> below_seconds(np.array([1., 2., 3., 4.]), np.array([.5, .95, .8, .97]))
-  3.0
-  """
-  if not len(times):
-    return None
-  below = np.flatnonzero(values < level)
-  if not len(below):
-    return 0.0
-  if below[-1] == len(values) - 1:
-    return None
-  return float(times[below[-1]])
-
-
-def _unstable(ctx: Context) -> List[str]:
-  """Our curve at the thesis' unstable cell beside the shape its figure shows."""
-  t = thesis.UNSTABLE
-  runs = ctx.results.seeds(design.GRID, design.REFERENCE, t.cell)
-  if not runs or ctx.preset.name == "quick":
-    return []
-  f = runs[0]
-  base = f.time_base
-  train = curves.train_curve(f.run, 5.0, base)
-  test = curves.eval_curve(f.run, base)
-  below = below_seconds(*train)
-  end = f.seconds
-  lines = [f"At n = {t.cell[0]}, λ = {t.cell[1]} the thesis' AGN training "
-           f"accuracy stays below 0.90 for about {t.below_090_seconds:.0f} of "
-           f"its {t.seconds:.0f} s ({t.below_090_seconds / t.seconds:.0%}) "
-           f"and climbs to about {t.end_accuracy:.2f} only as workers finish. "
-           "Ours (seed 0, training accuracy averaged over 5 modeled seconds): "
-           + ("never above 0.90 at its end" if below is None else
-              f"below 0.90 for {below:.0f} of {end:.0f} s "
-              f"({below / end:.0%})" if end else "–")
-           + f"; final test accuracy {pct(f.test_accuracy)}.", ""]
-  plt = pyplot()
-  fig, ax = plt.subplots(figsize=(8, 4.2))
-  ax.plot(*train, label="ours: workers' training accuracy (5 s mean)")
-  ax.plot(*test, marker=".", label="ours: center's test accuracy")
-  ax.plot([0, t.below_090_seconds, t.seconds], [0.90, 0.90, t.end_accuracy],
-          "k:", label="thesis (as described): < 0.90 until ~520 s, "
-          "~0.96 at 749 s")
-  ax.set_xlabel(plots.time_label(base))
-  ax.set_ylabel("accuracy")
-  ax.set_ylim(0.5, 1.0)
-  ax.set_title(f"AGN at n = {t.cell[0]}, λ = {t.cell[1]}")
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  return lines + ctx.link(save(fig, ctx.figure("grid-unstable.png")),
-                          "the unstable cell")
+def _clock(specs: List[design.RunSpec]) -> str:
+  """Which fit of the thesis' cluster the grid's times are modeled on."""
+  cluster = design.flag_value(specs[0].flags, "cluster") if specs else None
+  if cluster == design.REFIT_CLUSTER:
+    return (f"`--cluster={cluster}`, refitted to all 98 of its published "
+            "times, its staleness histogram and its workers' traces")
+  return ("`--cluster=paper`, fitted to four of its AGN times: n = λ = 10, "
+          "20, 40 and n = 10, λ = 40, under equal speeds")
 
 
 def render(ctx: Context) -> List[str]:
@@ -326,9 +283,8 @@ def render(ctx: Context) -> List[str]:
   lines += ["Each figure is ours, the thesis' in brackets "
             "(`table:agn_experiments_summary` and "
             "`table:agn_temporal_efficiency` of its AGN chapter). Times are "
-            "modeled seconds of the thesis' cluster (`--cluster=paper`, "
-            "fitted to four of its AGN times: n = λ = 10, 20, 40 and "
-            "n = 10, λ = 40, under equal speeds); training accuracy is the workers' last "
+            f"modeled seconds of the thesis' cluster ({_clock(specs)}); "
+            "training accuracy is the workers' last "
             "mini-batch, averaged over workers, as the thesis' \"Acc.\"; test "
             "accuracy is the center's on the 10,000 test images, its "
             "\"Val.\". E train is E(AGN, AEASGD) on "
@@ -348,149 +304,6 @@ def render(ctx: Context) -> List[str]:
                 f"(from {min(diffs):+.2f} to {max(diffs):+.2f}).", ""]
   lines += ctx.link(_heatmaps(ctx, cells), "ours against the thesis")
   lines += ctx.link(_curves(ctx, cells), "learning curves")
-  lines += _unstable(ctx)
   seconds = ctx.results.ledger_seconds(ctx.study.ledger, design.GRID)
   lines += [f"Compute: {duration(seconds)} here.", ""]
-  return lines + render_rq5(ctx)
-
-
-def drops(accuracy: Dict[Cell, Tuple[float, float]]
-          ) -> Dict[int, Tuple[int, int, float, float]]:
-  """Per λ at two or more n: (smallest n, largest n, AGN's drop, AEASGD's drop).
-
-  Args:
-    accuracy: per cell, (AGN's, AEASGD's) final test accuracy.
-
-  >>> drops({(10, 10): (0.98, 0.98), (40, 10): (0.95, 0.97),
-  ...        (10, 40): (0.98, 0.98)})
-  {10: (10, 40, 0.030000000000000027, 0.010000000000000009)}
-  """
-  by_window = {}
-  for (n, l), pair in accuracy.items():
-    by_window.setdefault(l, {})[n] = pair
-  out = {}
-  for l, row in sorted(by_window.items()):
-    if len(row) > 1:
-      lo, hi = min(row), max(row)
-      out[l] = (lo, hi, row[lo][0] - row[hi][0], row[lo][1] - row[hi][1])
-  return out
-
-
-def robustness(agn_drop: float, aeasgd_drop: float) -> str:
-  """AGN against AEASGD at one λ, by `DROP_POINTS`.
-
-  >>> robustness(0.002, 0.02), robustness(0.03, 0.01), robustness(0.01, 0.012)
-  ('more robust', 'less robust', 'level')
-  """
-  if abs(agn_drop - aeasgd_drop) <= DROP_POINTS:
-    return LEVEL
-  return MORE if agn_drop < aeasgd_drop else LESS
-
-
-def verdict(standings: List[str]) -> str:
-  """RQ5's verdict from each λ's standing (see `RULE`).
-
-  >>> verdict(["more robust", "more robust", "less robust"])
-  'holds'
-  >>> verdict(["less robust", "level", "less robust"])
-  'fails'
-  >>> verdict(["more robust", "less robust"]), verdict([])
-  ('cannot be told from these runs', 'cannot be told from these runs')
-  """
-  if standings.count(MORE) > len(standings) / 2:
-    return HOLDS
-  if standings.count(LESS) > len(standings) / 2:
-    return FAILS
-  return CANNOT_TELL
-
-
-def drops_verdict(found: Dict[int, Tuple[int, int, float, float]]) -> str:
-  """`verdict` of `drops`' λ."""
-  return verdict([robustness(a, b) for _, _, a, b in found.values()])
-
-
-def _said(found: Dict[int, Tuple[int, int, float, float]]) -> str:
-  return "; ".join(
-      f"at λ = {l}, from n = {lo} to {hi}: AGN {-100 * a:+.2f} points, "
-      f"AEASGD {-100 * b:+.2f} ({robustness(a, b)})"
-      for l, (lo, hi, a, b) in found.items())
-
-
-def answer(ctx: Context) -> Answer:
-  """RQ5's answer by `RULE`, and the thesis' own by the same rule."""
-  cells = shown_cells(ctx)
-  if not cells:
-    return Answer(NOT_RUN_YET)
-  ours = drops({c: (s[design.REFERENCE]["test"].mean,
-                    s[design.BASELINE]["test"].mean)
-                for c, s in cells.items()
-                if None not in (s[design.REFERENCE]["test"].mean,
-                                s[design.BASELINE]["test"].mean)})
-  if not ours:
-    return Answer(CANNOT_TELL, "No λ is shown at two n yet.")
-  detail = ("The change in final test accuracy from the smallest to the "
-            f"largest n: {_said(ours)}.")
-  theirs = {c: (thesis.cell(*c).agn_test_accuracy,
-                thesis.cell(*c).aeasgd_test_accuracy)
-            for c in cells if thesis.cell(*c)}
-  if len(theirs) == len(cells):
-    found = drops(theirs)
-    detail += (f" The thesis' table at the same cells: {_said(found)}, so "
-               f"by the same rule its own answer {drops_verdict(found)}.")
-  return Answer(drops_verdict(ours), detail)
-
-
-def _plot_rq5(ctx: Context, cells: Dict[Cell, Dict[str, object]]
-              ) -> Optional[str]:
-  """Test accuracy and E train against n, a line per λ; the thesis' faint beside."""
-  if not cells:
-    return None
-  plt = pyplot()
-  fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
-  windows = sorted({l for _, l in cells})
-  for i, l in enumerate(windows):
-    ns = sorted(n for n, w in cells if w == l)
-    color = f"C{i}"
-    for name, style in ((design.REFERENCE, "-o"), (design.BASELINE, "--s")):
-      axes[0].plot(ns, [cells[(n, l)][name]["test"].mean for n in ns], style,
-                   color=color, label=f"{name.upper()} λ={l}")
-    axes[1].plot(ns, [cells[(n, l)]["e_train"].mean for n in ns], "-o",
-                 color=color, label=f"λ={l}")
-    if ctx.preset.name != "quick":
-      theirs = [(n, thesis.cell(n, l)) for n in thesis.WORKERS
-                if thesis.cell(n, l)]
-      if theirs:
-        tn = [n for n, _ in theirs]
-        for name, style in ((design.REFERENCE, "-"), (design.BASELINE, "--")):
-          axes[0].plot(tn, [getattr(t, f"{name}_test_accuracy")
-                            for _, t in theirs], style, color=color,
-                       alpha=0.3, linewidth=1)
-        axes[1].plot(tn, [t.efficiency for _, t in theirs], "-", color=color,
-                     alpha=0.3, linewidth=1)
-  axes[1].axhline(1.0, color="k", linewidth=0.5)
-  axes[0].set_ylabel("center's final test accuracy")
-  axes[1].set_ylabel("E train (AGN, AEASGD)")
-  for ax in axes:
-    ax.set_xlabel("workers n")
-    ax.set_xticks(sorted({n for n, _ in cells}))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-  fig.suptitle("Ours (markers; mean over seeds) and, faint, the thesis' table "
-               "at the same λ")
-  fig.tight_layout()
-  return save(fig, ctx.figure("rq5-workers.png"))
-
-
-def render_rq5(ctx: Context) -> List[str]:
-  """The RQ5 section: the grid's cells read across n and λ."""
-  cells = shown_cells(ctx)
-  lines = [heading(RQ, TITLE), ""]
-  lines += [f"**Question.** {QUESTION} **Measurement.** The grid's cells "
-            "above (full budget, the thesis' setting), AGN's and AEASGD's "
-            "final test accuracy and E train per cell, read along n at each "
-            "λ. The cells are not a uniform sample of the thesis' 7 × 7 "
-            "grid. **Rule, fixed before any of its results was read.** "
-            + RULE, ""]
-  lines += ctx.link(_plot_rq5(ctx, cells), "across n and λ")
-  lines += answer_lines(answer(ctx))
   return lines

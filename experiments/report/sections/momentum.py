@@ -167,7 +167,7 @@ def _plot_sweep(ctx: Context, found) -> Optional[str]:
   if not any(row["figures"] is not None for row in found.values()):
     return None
   plt = pyplot()
-  fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+  fig, axes = plt.subplots(1, 2, figsize=(14, 4.2))
   for i, method in enumerate(design.MECHANISM_METHODS):
     for setting, style in ((design.THESIS_SPEEDS, "-o"),
                            (design.ROUND_ROBIN, "s")):
@@ -189,7 +189,8 @@ def _plot_sweep(ctx: Context, found) -> Optional[str]:
     ax.set_xlabel("workers n")
     ax.set_xticks(ns)
     ax.grid(alpha=0.3)
-  axes[1].legend(fontsize=7)
+  # Beside the panels, not over their points.
+  axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
   fig.tight_layout()
   return save(fig, ctx.figure("rq2-staleness-momentum.png"))
 

@@ -1,4 +1,4 @@
-"""The paper preset's whole grid, when a GPU ran it; else the command that runs it."""
+"""The paper preset's whole grid, when a GPU ran it; else (`not_run`) the command that runs it, for the report's closing list."""
 
 from typing import List
 
@@ -7,21 +7,32 @@ from experiments.report.sections import Context, estimate_text, table
 from experiments.report.sections import grid
 
 
+COMMAND = "python -m experiments.report --preset=paper"
+
+
+def _cells(ctx: Context):
+  return grid.shown_cells(ctx, ctx.paper) if ctx.paper is not None else {}
+
+
+def not_run(ctx: Context) -> str:
+  """A line saying the paper's whole grid has not run, and how to run it; "" where it has or this is it."""
+  if ctx.preset.name == "paper" or _cells(ctx):
+    return ""
+  return ("the paper's whole 7 × 7 grid (3 seeds, 294 runs at the full "
+          "budget): no GPU was lent to the sessions that wrote this report. "
+          f"On a GPU host: `{COMMAND}` (`bash scripts/device_report.sh` runs "
+          "as much of it as fits in 9 minutes and writes the results back); "
+          "it resumes where it stops.")
+
+
 def render(ctx: Context) -> List[str]:
-  lines = ["## The whole grid at the paper's scale", ""]
-  command = "python -m experiments.report --preset=paper"
   if ctx.preset.name == "paper":
-    return lines + ["This report is the paper preset's: the grid above is "
-                    "the whole grid.", ""]
-  cells = grid.shown_cells(ctx, ctx.paper) if ctx.paper is not None else {}
+    return []
+  cells = _cells(ctx)
   if not cells:
-    return lines + [
-        "No GPU was lent to the sessions that wrote this report, so the "
-        "paper's whole 7 × 7 grid (3 seeds, 294 runs at the full budget) has "
-        f"not run. It is one command away on a GPU host: `{command}` "
-        "(`bash scripts/device_report.sh` runs as much of it as fits in 9 "
-        "minutes and writes the results back). It resumes where it stops.",
-        ""]
+    return []
+  lines = ["## The whole grid at the paper's scale", ""]
+  command = COMMAND
   ledger = runner_ledger(ctx)
   lines += [f"From `{command}` in `{ctx.paper.dir}` on "
             f"{', '.join(ledger) or 'an unrecorded device'}: "

@@ -5,13 +5,13 @@ from typing import List
 from experiments.report.sections import Context, table
 from experiments.report.sections import alignment
 from experiments.report.sections import dynsgd
-from experiments.report.sections import grid
 from experiments.report.sections import momentum
 from experiments.report.sections import normalization
+from experiments.report.sections import scaling
 
 # Each module names its question (`RQ`, `TITLE`, `QUESTION`) and answers it
 # (`answer(ctx)`) by the rule its section states.
-MODULES = (normalization, momentum, dynsgd, alignment, grid)
+MODULES = (normalization, momentum, dynsgd, alignment, scaling)
 
 
 def render(ctx: Context) -> List[str]:
