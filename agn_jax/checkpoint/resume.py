@@ -227,7 +227,9 @@ def check_same_run(saved: Dict[str, Any], config: Dict[str, Any],
   # A setting newer than the checkpoint had its default then.
   saved = {k: saved.get(k, config_lib.setting_field(k).default)
            for k in RESUME_MUST_MATCH}
-  differ = [k for k in RESUME_MUST_MATCH if saved.get(k) != config.get(k)]
+  # A key `config` lacks is not compared (`check_saved_run`'s early check).
+  differ = [k for k in RESUME_MUST_MATCH
+            if k in config and saved.get(k) != config.get(k)]
   if differ:
     was = ", ".join(f"{k}={saved.get(k)!r}" for k in differ)
     now = ", ".join(f"{k}={config.get(k)!r}" for k in differ)
@@ -354,6 +356,10 @@ def check_saved_run(workdir: str, config: Dict[str, Any]) -> None:
     step, meta = newest_readable(directory)
     where = f"checkpoint {step} in {directory}"
     validate_meta(meta, step, where=where)
+    # A setting left unset (None) takes its strategy's default when the
+    # config is validated, which comes after this check: the launcher's
+    # `validate_for_resume` compares it then.
+    config = {k: v for k, v in config.items() if v is not None}
     _check_fits(meta["config"], config, meta["worker_commits"], None, where)
   except CheckpointError as e:
     raise resume_error(workdir, str(e)) from None
