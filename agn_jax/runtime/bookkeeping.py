@@ -238,10 +238,13 @@ class RunBook:
       self._read_back(path)
       self.metrics_file = workdir_lib.safe_open(self.workdir, "metrics.jsonl",
                                                 "a")
+      write_json(self.workdir / "config.json", self.config.to_record())
     else:
+      # config.json first: a run interrupted the moment metrics.jsonl
+      # appears must leave the config a --resume starts afresh from.
+      write_json(self.workdir / "config.json", self.config.to_record())
       self.metrics_file = workdir_lib.safe_open(self.workdir, "metrics.jsonl",
                                                 "w")
-    write_json(self.workdir / "config.json", self.config.to_record())
     purge_step = None
     if self.config.resume:
       purge_step = 0 if self.kept_clock is None else self.kept_clock + 1
