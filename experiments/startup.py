@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -77,9 +78,29 @@ def redeliver_dropped_interrupts() -> None:
       # SIGTERM's interrupt is `agn_jax.errors.Terminated`.
       signum = (signal.SIGTERM if unraisable.exc_type.__name__ == "Terminated"
                 else signal.SIGINT)
-      threading.Thread(target=os.kill, args=(os.getpid(), signum),
-                       daemon=True).start()
-      return
+      # Not inside this hook: an interrupt raised here would be dropped
+      # again ("Exception ignored in sys.unraisablehook"), so the signal is
+      # sent only once the hook has returned, and sent again if it landed
+      # here all the same.
+      while True:
+        try:
+          _send_after_return(signum)
+          return
+        except KeyboardInterrupt:
+          continue
     previous(unraisable)
 
   sys.unraisablehook = hook
+
+
+def _send_after_return(signum: int) -> None:
+  """Sends `signum` to this process from a thread, once the caller has gone on."""
+  go = threading.Event()
+
+  def send():
+    go.wait()
+    time.sleep(0.05)  # The hook's last bytecodes run first.
+    os.kill(os.getpid(), signum)
+
+  threading.Thread(target=send, daemon=True).start()
+  go.set()

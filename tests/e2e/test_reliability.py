@@ -310,9 +310,6 @@ def test_resume_from_a_missing_workdir(tmp_path, monkeypatch, capsys):
   assert os.listdir(workdir) == ["checkpoints"]
 
 
-# soak: test_resume_without_a_checkpoint_starts_afresh_in_the_same_run's
-# workdir as this one leaves it, in the suite.
-@pytest.mark.soak
 def _interrupt_before_the_first_checkpoint(workdir):
   """SIGINT once the run owns `workdir` (metrics.jsonl); whether that was before any checkpoint."""
   process = subprocess.Popen(
@@ -336,6 +333,9 @@ def _interrupt_before_the_first_checkpoint(workdir):
   return checkpoint.newest_step_on_disk(str(workdir / "checkpoints")) is None
 
 
+# soak: test_resume_without_a_checkpoint_starts_afresh_in_the_same_run's
+# workdir as this one leaves it, in the suite.
+@pytest.mark.soak
 def test_a_run_interrupted_before_its_first_checkpoint_resumes_afresh(
     tmp_path):
   # Once the server is up, an interrupt ends with a final checkpoint: the
