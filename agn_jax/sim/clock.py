@@ -375,7 +375,7 @@ class TimeModel:
     window's draw is centred on it in log terms); one over its mean
     step time for `trace` (its windows after the first, as
     `commit_seconds_of` takes them); 1 for every worker of `constant`,
-    `random` and `straggler`, whose windows are drawn alike for every
+    `random`, `straggler` and `exponential`, whose windows are drawn alike for every
     worker (their mean is the same for all: a draw says how long a window
     took once it ran, not how fast its worker is).
 
@@ -390,14 +390,15 @@ class TimeModel:
             for k in range(self.num_workers)]
 
   def _draw(self, worker: int, window: int) -> float:
-    """The window's own draw: z ~ N(0, 1) (random, mixed) or u ~ U(0, 1) (straggler)."""
+    """The window's own draw: z ~ N(0, 1) (random, mixed), e ~ Exp(1) (exponential) or u ~ U(0, 1) (straggler)."""
     key = (worker, window // _CHUNK)
     chunk = self._chunks.get(key)
     if chunk is None:
       rng = np.random.default_rng([self.seed, _SALT, worker, key[1]])
-      chunk = (rng.standard_normal(_CHUNK)
-               if self.speed_model.kind in ("random", "mixed")
-               else rng.random(_CHUNK))
+      kind = self.speed_model.kind
+      chunk = (rng.standard_normal(_CHUNK) if kind in ("random", "mixed")
+               else rng.standard_exponential(_CHUNK)
+               if kind == "exponential" else rng.random(_CHUNK))
       self._chunks[key] = chunk
     return float(chunk[window % _CHUNK])
 
@@ -414,6 +415,8 @@ class TimeModel:
       return base * math.exp(model.sigma * self._draw(worker, window))
     if model.kind == "mixed":
       return base * math.exp(model.sigma_window * self._draw(worker, window))
+    if model.kind == "exponential":
+      return base * self._draw(worker, window)
     if model.kind == "straggler":
       slow = self._draw(worker, window) < model.probability
       return base * (model.slowdown if slow else 1.0)

@@ -7,8 +7,8 @@ reads a processes run's window times (`read_trace`). Pure numpy: the clock
 The models: `constant` (with equal costs the commits go round robin,
 staleness exactly n − 1 after the first round), `lognormal:SIGMA` and
 `speeds:S0,...` (each worker's own speed), `random:SIGMA` and
-`straggler:P:SLOWDOWN` (each window's own duration, so a fast window can lap
-a slow one), `mixed:SIGMA_WORKER:SIGMA_WINDOW[:P:SLOWDOWN[:Q:SPEEDUP]]`
+`straggler:P:SLOWDOWN` and `exponential` (each window's own duration, so a
+fast window can lap a slow one), `mixed:SIGMA_WORKER:SIGMA_WINDOW[:P:SLOWDOWN[:Q:SPEEDUP]]`
 (both: each worker's own speed, its slowest workers slower still and its
 fastest faster, and each window's draw around it), `trace:RUN_DIR` (a processes run's
 window times); `thesis_refit` names the fit to the thesis' cluster, `thesis`
@@ -28,12 +28,12 @@ from typing import Dict, List, NamedTuple, Optional
 import numpy as np
 
 SPEED_MODELS = ("constant", "lognormal", "random", "straggler", "speeds",
-                "mixed", "trace", "thesis_refit", "thesis")
+                "mixed", "trace", "thesis_refit", "thesis", "exponential")
 SPEED_MODEL_FORMS = ("constant", "lognormal:SIGMA", "random:SIGMA",
                      "straggler:P:SLOWDOWN", "speeds:S0,S1,...",
                      "mixed:SIGMA_WORKER:SIGMA_WINDOW[:P:SLOWDOWN[:Q:SPEEDUP]]",
                      "trace:RUN_DIR",
-                     "thesis_refit", "thesis")
+                     "thesis_refit", "thesis", "exponential")
 # `--speed_model=thesis`: the first fit to the thesis' cluster, to its
 # staleness histogram of n = 20, λ = 15 alone by `scripts/fit_cluster.py` from
 # the clock alone (no training): of lognormal:σ and random:σ, σ on a grid of
@@ -92,8 +92,8 @@ class SpeedModel(NamedTuple):
       >>> parse_speed_model("straggler:0.1:4").text()
       'straggler:0.1:4'
     """
-    if self.kind == "constant":
-      return "constant"
+    if self.kind in ("constant", "exponential"):
+      return self.kind
     if self.kind in ("lognormal", "random"):
       return f"{self.kind}:{self.sigma:g}"
     if self.kind == "straggler":
@@ -138,6 +138,10 @@ def parse_speed_model(text: str) -> SpeedModel:
     that draw are SLOWDOWN times slower still, for the whole run:
     persistent stragglers; with Q and SPEEDUP, the ⌈Q n⌉ fastest SPEEDUP
     times faster.
+  * `exponential`: each window of each worker lasts an Exp(1) draw times
+    the speed-1 window, drawn anew for every window (seeded as `random`'s):
+    Mitliagkas et al.'s (2016) model, under which `n` asynchronous workers
+    act like momentum `1 − 1/n` on the center.
   * `trace:RUN_DIR`: each worker's window times are those of the processes
     run in RUN_DIR (its metrics.jsonl), per local step; worker k replays
     worker k mod n of the trace, its windows in order, cycled, starts
@@ -177,11 +181,11 @@ def parse_speed_model(text: str) -> SpeedModel:
 
   if kind not in SPEED_MODELS:
     raise bad(f"not one of {', '.join(SPEED_MODEL_FORMS)}")
-  if kind in ("constant", "thesis_refit", "thesis"):
+  if kind in ("constant", "exponential", "thesis_refit", "thesis"):
     if rest:
       raise bad(f"{kind} takes no value")
-    if kind == "constant":
-      return SpeedModel()
+    if kind in ("constant", "exponential"):
+      return SpeedModel(kind)
     return parse_speed_model(THESIS_REFIT_SPEED_MODEL if kind == "thesis_refit" else
                              THESIS_SPEED_MODEL)
   if not rest:

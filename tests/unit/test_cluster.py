@@ -186,6 +186,21 @@ def test_random_windows_are_drawn_per_window():
       seed=7).window_seconds(1, 1500)
 
 
+def test_exponential_windows_are_drawn_per_window():
+  # Mitliagkas et al.'s model: each window lasts its speed-1 duration (λ
+  # steps of 2 s) times an Exp(1) draw, seeded as random's.
+  model = _model(3, lam=3, speed_model="exponential", step=2.0, seed=7)
+  for k in range(3):
+    e = np.random.default_rng([7, clock._SALT, k, 0]).standard_exponential(5)
+    np.testing.assert_allclose([model.window_seconds(k, i) for i in range(5)],
+                               6.0 * e)
+  assert model.mean_speeds() == [1.0, 1.0, 1.0]
+  # Memoryless: the mean is the speed-1 window's and the spread equals it.
+  many = [model.window_seconds(0, i) for i in range(20000)]
+  assert abs(np.mean(many) / 6.0 - 1) < 0.03
+  assert abs(np.std(many) / 6.0 - 1) < 0.05
+
+
 def test_stragglers():
   always = _model(2, speed_model="straggler:1:3")
   never = _model(2, speed_model="straggler:0:3")
@@ -225,6 +240,7 @@ def test_stragglers():
     ("mixed:0.3:-1", "SIGMA_WINDOW must be a number in [0, 5]"),
     ("mixed:9:0.1", "SIGMA_WORKER must be a number in [0, 5]"),
     ("thesis:1", "thesis takes no value"),
+    ("exponential:1", "exponential takes no value"),
 ])
 def test_bad_speed_models(text, message):
   with pytest.raises(ValueError, match=f"--speed_model={text}: ") as caught:
@@ -234,7 +250,7 @@ def test_bad_speed_models(text, message):
 
 
 def test_speed_models_round_trip():
-  for text in ("constant", "lognormal:0.5", "random:1", "straggler:0.1:4",
+  for text in ("constant", "exponential", "lognormal:0.5", "random:1", "straggler:0.1:4",
                "speeds:1,2.5", "mixed:0.3:0.1", "mixed:0.3:0.1:0.05:2",
                "mixed:0.3:0.1:0:1:0.1:1.5"):
     assert speeds.parse_speed_model(text).text() == text
