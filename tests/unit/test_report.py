@@ -179,18 +179,19 @@ def test_the_quick_mechanism_is_small():
 
 def test_rq2_parts_follow_their_rules():
   from experiments.report.sections import momentum
-  # (a): below at every (order, n); not below at more than half: fails.
-  assert momentum.closer_verdict([True, True, True]) == "holds"
-  assert momentum.closer_verdict([False, False, True]) == "fails"
-  assert momentum.closer_verdict([False, True]) == (
+  # Both parts: below at every comparison; not below at more than half: fails.
+  assert momentum.lower_verdict([True, True, True]) == "holds"
+  assert momentum.lower_verdict([False, False, True]) == "fails"
+  assert momentum.lower_verdict([False, True]) == (
       "cannot be told from these runs")
-  # (b): 1 − 1/n is 0.9, 0.95, 0.975 at n = 10, 20, 40.
-  assert momentum.momentum_verdict({10: 0.85, 20: 0.9, 40: 0.96}) == "holds"
-  # Within 0.1 everywhere, but not larger at n = 40 than at n = 10.
-  assert momentum.momentum_verdict({10: 0.95, 20: 0.9, 40: 0.93}) == (
-      "cannot be told from these runs")
-  # 0.7 and 0.8 are more than 0.1 away at two of three n.
-  assert momentum.momentum_verdict({10: 0.7, 20: 0.8, 40: 0.97}) == "fails"
+  # (b) compares AGN's μ̂ with unnormalized accumulation's, not with 1 − 1/n.
+  assert "below unnormalized accumulation's at every n" in momentum.RULE
+  assert "within 0.1 of 1 − 1/n" not in momentum.RULE
+  # (a)'s detail: 4 / 2 against 30 / 5.
+  assert momentum.per_commit_norm(
+      "staleness", {"staleness": 4.0, "commit_norm": 2.0},
+      {"staleness": 30.0, "commit_norm": 5.0}) == (
+          ", per unit of commit norm 2 against 6")
   assert momentum.combined(["holds", "fails"]) == "fails"
   assert momentum.combined(["holds", "cannot be told from these runs"]) == (
       "cannot be told from these runs")
