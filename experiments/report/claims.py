@@ -83,7 +83,8 @@ RULES = (
     ("98", "at each full-budget cell shown, AGN's final test accuracy "
      "(mean over seeds) passes at ≥ 97.5 %; the claim is reproduced when "
      "every cell passes where the thesis' own table passes (or has no "
-     "figure), else not reproduced; the cells that pass and fail are "
+     "figure), else not reproduced (inconclusive with no such cell run); "
+     "the cells that pass and fail are "
      "counted and listed (restated after the cpu study's runs, issue 56: "
      "the median it replaced hid 2 failing cells of 7)."),
 )
@@ -367,11 +368,14 @@ def about_98_verdict(ours: List[float], theirs: List[Optional[float]]
   ('reproduced', [0, 2], [1])
   >>> about_98_verdict([0.98, 0.96], [0.98, 0.98])
   ('not reproduced', [0], [1])
+  >>> about_98_verdict([0.65], [0.9555])[0]  # No cell where the thesis passes.
+  'inconclusive'
   """
   passed = [i for i, v in enumerate(ours) if v >= ABOUT_98]
   failed = [i for i, v in enumerate(ours) if v < ABOUT_98]
   expected = [i for i, t in enumerate(theirs) if t is None or t >= ABOUT_98]
-  verdict = (REPRODUCED if all(i in passed for i in expected) else
+  verdict = (INCONCLUSIVE if not expected else
+             REPRODUCED if all(i in passed for i in expected) else
              NOT_REPRODUCED)
   return verdict, passed, failed
 
