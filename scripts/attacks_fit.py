@@ -1,4 +1,4 @@
-"""Attacks 22: scripts/fit_cluster.py's command line (issue 55, item 10).
+"""Attacks 22: scripts/fit_cluster.py's command line: bad outputs and numbers.
 
 Mixed into `attacks.Attacks`; each `attack_*` method raises `Failed` or
 returns a note. See attacks.py for how they run.

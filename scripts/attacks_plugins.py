@@ -19,7 +19,7 @@ PROCESSES = ["--backend=processes", "--num_workers=2",
 
 
 class PluginAttacks:
-  """Plug-ins that break their contract: one line naming them (issue 55)."""
+  """Plug-ins that break their contract: one line naming them."""
 
   def _ends_in_one_line(self, name, part, *naming, backend=SIMULATED) -> str:
     """The train CLI with the plug-in `part` ends in one line naming each of `naming`, exit 1, leaving no workdir.

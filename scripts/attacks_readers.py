@@ -66,7 +66,7 @@ def _run_argv(argv: List[str], deadline: float = DEADLINE) -> Result:
 
 
 class ReaderAttacks:
-  """a cell's own run, files that agree, commands that run, import paths in sweeps (issue 55)."""
+  """a cell's own run, files that agree, commands that run, import paths in sweeps."""
 
   def _hand_cell(self) -> str:
     """The quick study's AGN grid cell, trained by the report's own "one by hand" command in a study directory whose name has a space."""

@@ -15,7 +15,7 @@ SIMULATED = RUN + ["--backend=simulated"]
 
 
 class ResumeAttacks:
-  """checkpoints verified at restore, runs that can always go on (issue 55)."""
+  """checkpoints verified at restore, runs that can always go on."""
 
   def _run(self, name, *args, epochs=1) -> str:
     """A finished run of `args` for `epochs` epochs in a workdir of its own."""

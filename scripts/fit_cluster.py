@@ -117,7 +117,7 @@ SERVER_BOUND_REASON = (
     "gives. thesis_busy_share is the least share of the thesis' own run "
     "that a FIFO server with this apply was busy (commits x apply / its "
     "published time).")
-# The targets of issue 56, stated before the fit.
+# The fit's targets, stated before the fit.
 TARGETS = {"median_abs_loo_residual": 0.10, "tv_distance": 0.10,
            "below_10_within": 0.03}
 # Scales of the joint loss: a time's log residual (soft L1 beyond it), the

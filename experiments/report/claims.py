@@ -50,7 +50,7 @@ RULES = (
      "|E − 1| is within the seed spread, the largest range (highest minus "
      "lowest) of one cell's seeds' E train at the cells run with several "
      "seeds; with no such cell, decided by its sign. (The spread and the "
-     "dropped E test rows were added after the cpu study's runs, issue 56: "
+     "dropped E test rows were added after the cpu study's runs: "
      "one-seed rows with |E − 1| ≤ 0.02 flipped with the setting.)"),
     ("acc", "|ours − paper| ≤ max(0.5 points, the seeds' 95 % half width): "
      "reproduced; else not reproduced."),
@@ -85,7 +85,7 @@ RULES = (
      "every cell passes where the thesis' own table passes (or has no "
      "figure), else not reproduced (inconclusive with no such cell run); "
      "the cells that pass and fail are "
-     "counted and listed (restated after the cpu study's runs, issue 56: "
+     "counted and listed (restated after the cpu study's runs: "
      "the median it replaced hid 2 failing cells of 7)."),
 )
 RULE_TEXT = dict(RULES)

@@ -519,7 +519,7 @@ CPU_CELLS = ((40, 40), (10, 10), (10, 40), (25, 25), (40, 10), (40, 20),
              (20, 15))
 
 
-# The refit study (issue 56): the thesis' setting on the cluster model
+# The refit study: the thesis' setting on the cluster model
 # refitted to all 98 of its published times, its staleness histogram and its
 # per-worker traces (scripts/fit_cluster.py, committed before any run), with
 # the model and optimizers as Keras built them. The clock decides the cells

@@ -471,7 +471,7 @@ def test_a_binary_trace_is_named(tmp_path):
     speeds.parse_speed_model(f"trace:{run}")
 
 
-# --- Per-worker speeds and the refit cluster (issue 56) -----------------------
+# --- Per-worker speeds and the refit cluster ---------------------------------
 
 
 def test_mixed_is_each_workers_speed_times_each_windows_draw():

@@ -1,4 +1,4 @@
-"""The report's reading aids (issue 56): its order, summary and closing list, the recovery rule, the heat maps' colour scale and the thesis' digitized unstable curve."""
+"""The report's reading aids: its order, summary and closing list, the recovery rule, the heat maps' colour scale and the thesis' digitized unstable curve."""
 
 import re
 
